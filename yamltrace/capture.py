@@ -1,0 +1,121 @@
+"""`capture_outputs`: the forward decorator that records submodule outputs into a model's output.
+
+Same contract as transformers 5.x: flags `output_<key>` come from the forward's kwargs, else from the
+config; captured lists become tuples on the returned `ModelOutput`. Hooks exist only while a forward
+that requested capture runs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from torch import nn
+
+from .hooks import Collector, install_hooks, own_output_map, plan_hooks, remove_hooks
+from .recorder import OutputRecorder, normalize_output_map
+from .selection import resolve_selections
+
+__all__ = ["capture_outputs", "requested_flags", "tie_last_hidden_state"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The collector of the innermost decorated forward running in this context. A nested decorated
+# forward shadows its parent's, exactly as transformers does.
+_active_collector: ContextVar[Collector | None] = ContextVar("yamltrace_active_collector", default=None)
+_NO_CAPTURE = Collector(())
+
+# Keys switched on by another key's flag (transformers' backward-compatible aliases).
+FLAG_ALIASES = {"cross_attentions": "attentions", "mask_decoder_attentions": "attentions"}
+
+
+def _is_active(collector: Collector) -> bool:
+    return _active_collector.get() is collector
+
+
+def requested_flags(keys: Any, kwargs: dict[str, Any], config: Any) -> dict[str, Any]:
+    """The truthy `output_<key>` flag of each key: kwargs first, then config; aliases follow their source."""
+    flags = {}
+    for key in keys:
+        source = FLAG_ALIASES.get(key, key)
+        name = f"output_{source}"
+        value = kwargs.get(name, getattr(config, name, False))
+        if value:
+            flags[key] = value
+    return flags
+
+
+def tie_last_hidden_state(hidden_states: list[Any], output: Any) -> None:
+    """Replace the last captured hidden state by the output's final one (post norm), in place."""
+    if not hidden_states or hidden_states[-1] is None:
+        return
+    for field in ("vision_hidden_states", "last_hidden_state"):
+        if hasattr(output, field):
+            hidden_states[-1] = getattr(output, field)
+            return
+        if isinstance(output, dict) and field in output:
+            hidden_states[-1] = output[field]
+            return
+
+
+def _layer_count(config: Any) -> Callable[[str, OutputRecorder], int | None]:
+    def count(key: str, recorder: OutputRecorder) -> int | None:
+        layers = getattr(config, recorder.num_hidden_layers_key, None)
+        if layers is None:
+            return None
+        return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)
+
+    return count
+
+
+def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = True) -> Any:
+    """Decorate a base model's `forward` so it records the outputs its `_can_record_outputs` declares.
+
+    Use bare (`@capture_outputs`) or with arguments (`@capture_outputs(tie_last_hidden_states=False)`
+    for models whose last hidden state must stay the pre-norm one). `config.tie_last_hidden_states`,
+    when set, overrides the argument.
+    """
+
+    def decorate(forward: F) -> F:
+        @functools.wraps(forward)
+        def wrapper(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            config = getattr(self, "config", None)
+            return_dict = kwargs.pop("return_dict", getattr(config, "return_dict", True))
+            output_map = own_output_map(self)
+            output_map = output_map if isinstance(output_map, dict) else {}
+            flags = requested_flags(output_map, kwargs, config)
+            if not flags:
+                token = _active_collector.set(_NO_CAPTURE)
+                try:
+                    outputs = forward(self, *args, **kwargs)
+                finally:
+                    _active_collector.reset(token)
+                return outputs.to_tuple() if return_dict is False else outputs
+
+            tasks = normalize_output_map(output_map)
+            selections = resolve_selections(tasks, flags, flags.get("hidden_states"), _layer_count(config))
+            collector = Collector(flags, selections)
+            handles = install_hooks(plan_hooks(self, tasks, nested_maps=True, keys=flags), collector, _is_active)
+            token = _active_collector.set(collector)
+            try:
+                outputs = forward(self, *args, **kwargs)
+            finally:
+                _active_collector.reset(token)
+                remove_hooks(handles)
+
+            for key, values in collector.lists.items():
+                if key == "hidden_states":
+                    tie_last = getattr(config, "tie_last_hidden_states", None)
+                    if (tie_last_hidden_states if tie_last is None else tie_last):
+                        tie_last_hidden_state(values, outputs)
+                outputs[key] = tuple(values)
+            return outputs.to_tuple() if return_dict is False else outputs
+
+        wrapper.__yamltrace_tie_last_hidden_states__ = tie_last_hidden_states  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    if func is not None:
+        return decorate(func)
+    return decorate

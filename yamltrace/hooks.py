@@ -1,0 +1,160 @@
+"""The hook engine: which modules to hook for a capture map, and what a hook records.
+
+A capture session (one decorated forward, or one `trace` block) owns a `Collector` and installs its
+own forward hooks for exactly as long as it runs, so a model whose capture is off carries no hooks at
+all. A hook records only when its session is the active one in the calling context (a `ContextVar`),
+which keeps threads and nested models apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from .recorder import CaptureMap, OutputRecorder, normalize_output_map
+
+__all__ = ["Collector", "HookPlan", "plan_hooks", "install_hooks", "own_output_map", "resolve_positions"]
+
+_MISSING = object()
+
+# A plan entry: (key, tuple index, prepend the first input as the initial hidden state).
+Entry = tuple[str, int, bool]
+# A plan: for each hooked module, its dotted path and its entries.
+HookPlan = list[tuple[nn.Module, str, tuple[Entry, ...]]]
+
+
+def own_output_map(module: nn.Module) -> Any:
+    """The capture map a module declares (instance attribute first, then class), or a sentinel if none.
+
+    A module that declares one — even `None` or `{}`, as every transformers `PreTrainedModel` does — is a
+    model boundary: the subtree below it follows its own map (REFERENCE rule 6).
+    """
+    return getattr(module, "_can_record_outputs", _MISSING)
+
+
+def is_model_boundary(module: nn.Module) -> bool:
+    """Whether `module` declares a capture map of its own."""
+    return own_output_map(module) is not _MISSING
+
+
+def plan_hooks(
+    root: nn.Module,
+    tasks: Iterable[tuple[str, OutputRecorder]],
+    *,
+    nested_maps: bool,
+    keys: Iterable[str] | None = None,
+) -> HookPlan:
+    """Walk `root` and list the modules each task hooks, in transformers' order (children first).
+
+    With `nested_maps`, a child that declares its own capture map switches its subtree to that map.
+    `keys`, when given, limits the plan to those output keys.
+    """
+    wanted = None if keys is None else frozenset(keys)
+    tasks = tuple((k, r) for k, r in tasks if wanted is None or k in wanted)
+    plan: HookPlan = []
+
+    def visit(module: nn.Module, path: str, tasks: tuple[tuple[str, OutputRecorder], ...]) -> None:
+        for name, child in module.named_children():
+            child_tasks = tasks
+            if nested_maps and is_model_boundary(child):
+                child_map = own_output_map(child) or {}
+                child_tasks = tuple(
+                    (k, r) for k, r in normalize_output_map(child_map) if wanted is None or k in wanted
+                )
+            visit(child, f"{path}.{name}", child_tasks)
+        entries = tuple(
+            (key, rec.index, rec.capture_initial_hidden_state) for key, rec in tasks if rec.matches(module, path)
+        )
+        if entries:
+            plan.append((module, path, entries))
+
+    visit(root, "", tasks)
+    return plan
+
+
+def resolve_positions(selected: Iterable[int], total: int | None, what: str) -> frozenset[int]:
+    """Resolve possibly negative positions against `total`; out-of-range positions select nothing."""
+    selected = list(selected)
+    if total is None:
+        if any(i < 0 for i in selected):
+            raise ValueError(
+                f"Cannot select {what} with negative indices {selected}: the number of layers is unknown. "
+                "Set it in the model's config (see the recorder's num_hidden_layers_key) or use indices >= 0."
+            )
+        return frozenset(selected)
+    return frozenset(i % total for i in selected if -total <= i < total)
+
+
+class Collector:
+    """What one capture session has recorded so far: a list per requested key.
+
+    `selections` maps a key to the positions to keep; other positions are recorded as `None`, so no
+    tensor is retained for them.
+    """
+
+    __slots__ = ("lists", "selections")
+
+    def __init__(self, keys: Iterable[str], selections: dict[str, frozenset[int]] | None = None) -> None:
+        self.lists: dict[str, list[Any]] = {k: [] for k in keys}
+        self.selections = selections or {}
+
+    def _append(self, key: str, values: list[Any], value: Any) -> None:
+        selection = self.selections.get(key)
+        values.append(value if selection is None or len(values) in selection else None)
+
+    def record(self, path: str, entries: tuple[Entry, ...], args: tuple, kwargs: dict, output: Any) -> None:
+        """Record `output` (and, for the first hidden state, the module's input) for each entry."""
+        lists = self.lists
+        for key, index, initial in entries:
+            values = lists.get(key)
+            if values is None:
+                continue
+            is_tuple = isinstance(output, tuple)
+            if is_tuple and not -len(output) <= index < len(output):
+                raise IndexError(
+                    f"yamltrace: output {key!r} records element {index} of the output of module {path or '<root>'}, "
+                    f"which returned a tuple of {len(output)}. Fix the recorder's index."
+                )
+            if key == "hidden_states":
+                if initial and not values:
+                    first_input = args[0] if args else next(iter(kwargs.values()), None)
+                    self._append(key, values, first_input)
+                value = output[index] if is_tuple else output
+                if value is not None:
+                    self._append(key, values, value)
+            elif not is_tuple:
+                self._append(key, values, output)
+            elif output[index] is not None:
+                self._append(key, values, output[index])
+
+
+def install_hooks(plan: HookPlan, collector: Collector, is_active: Callable[[Collector], bool]) -> list[RemovableHandle]:
+    """Install one forward hook per planned module, recording into `collector` while `is_active` says so."""
+    handles: list[RemovableHandle] = []
+    try:
+        for module, path, entries in plan:
+            handles.append(module.register_forward_hook(_make_hook(collector, path, entries, is_active), with_kwargs=True))
+    except BaseException:
+        remove_hooks(handles)
+        raise
+    return handles
+
+
+def remove_hooks(handles: list[RemovableHandle]) -> None:
+    """Remove every hook in `handles` (idempotent)."""
+    for handle in handles:
+        handle.remove()
+    handles.clear()
+
+
+def _make_hook(collector: Collector, path: str, entries: tuple[Entry, ...], is_active: Callable[[Collector], bool]):
+    record = collector.record
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if is_active(collector):
+            record(path, entries, args, kwargs, output)
+
+    return hook

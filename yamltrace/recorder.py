@@ -1,0 +1,108 @@
+"""OutputRecorder and the normalisation of `_can_record_outputs` maps.
+
+A capture map (`_can_record_outputs`) maps an output key to one recorder or a list of them, where a
+recorder is a module class, a class-name string or an `OutputRecorder`. Everything downstream works on
+the normalised form: a tuple of `(key, OutputRecorder)` tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from torch import nn
+
+__all__ = ["OutputRecorder", "RecorderLike", "CaptureMap", "normalize_output_map", "default_index"]
+
+
+@dataclass(frozen=True)
+class OutputRecorder:
+    """Which submodule outputs to record for one output key.
+
+    Attributes:
+        target_class: hook every module that is an instance of this class.
+        index: the element of a tuple output to record (a non-tuple output is recorded whole).
+        layer_name: extra filter on the module's dotted path: `"." + layer_name + "."` must occur in
+            `path + "."`, so `"attn"` matches `h.0.attn` but not `h.0.crossattention`.
+        class_name: alternative to `target_class`: matches a module whose dotted path relative to the
+            model (with a leading dot, e.g. `.layers.0.self_attn`) ends with this string.
+        capture_initial_hidden_state: for `hidden_states`, prepend the input of the first hooked module.
+        num_hidden_layers_key: the config attribute that counts layers, for negative layer indices.
+        layers: positions to keep (negative allowed); `None` keeps every position. Unselected
+            positions hold `None`, so nothing is retained for them.
+    """
+
+    target_class: type[nn.Module] | None = None
+    index: int = 0
+    layer_name: str | None = None
+    class_name: str | None = None
+    capture_initial_hidden_state: bool = True
+    num_hidden_layers_key: str = "num_hidden_layers"
+    layers: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.target_class is None and self.class_name is None:
+            raise ValueError("OutputRecorder needs a target_class or a class_name to know which modules to hook.")
+        if self.target_class is not None and not isinstance(self.target_class, type):
+            raise TypeError(f"OutputRecorder.target_class must be a class, got {self.target_class!r}.")
+        if not isinstance(self.index, int) or isinstance(self.index, bool):
+            raise TypeError(f"OutputRecorder.index must be an int, got {self.index!r}.")
+        if self.layers is not None:
+            layers = tuple(self.layers)
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+                raise TypeError(f"OutputRecorder.layers must be a sequence of ints, got {self.layers!r}.")
+            object.__setattr__(self, "layers", layers)
+
+    def matches(self, module: nn.Module, path: str) -> bool:
+        """Whether `module`, found at dotted `path` (leading dot, `""` for the root), is hooked."""
+        by_class = self.target_class is not None and isinstance(module, self.target_class)
+        by_path = self.class_name is not None and path.endswith(self.class_name)
+        if not (by_class or by_path):
+            return False
+        if self.layer_name is None:
+            return True
+        return "." + self.layer_name.strip(".") + "." in path + "."
+
+
+RecorderLike = Union[OutputRecorder, type, str]
+CaptureMap = Mapping[str, Union[RecorderLike, Sequence[RecorderLike]]]
+
+
+def default_index(key: str) -> int:
+    """The tuple index a bare class or name records: 0 for hidden-state keys, 1 for the others."""
+    return 0 if "hidden_states" in key else 1
+
+
+def _as_recorder(key: str, recorder: Any) -> OutputRecorder:
+    if isinstance(recorder, OutputRecorder):
+        return recorder
+    if isinstance(recorder, str):
+        return OutputRecorder(class_name=recorder, index=default_index(key))
+    if isinstance(recorder, type):
+        return OutputRecorder(target_class=recorder, index=default_index(key))
+    if hasattr(recorder, "target_class") and hasattr(recorder, "index"):
+        # An OutputRecorder from another library with the same fields (transformers').
+        return OutputRecorder(
+            target_class=recorder.target_class,
+            index=recorder.index,
+            layer_name=getattr(recorder, "layer_name", None),
+            class_name=getattr(recorder, "class_name", None),
+            capture_initial_hidden_state=getattr(recorder, "capture_initial_hidden_state", True),
+            num_hidden_layers_key=getattr(recorder, "num_hidden_layers_key", "num_hidden_layers"),
+            layers=getattr(recorder, "layers", None),
+        )
+    raise TypeError(
+        f"Output {key!r}: a recorder must be an OutputRecorder, a module class or a class-name string, "
+        f"got {recorder!r}."
+    )
+
+
+def normalize_output_map(output_map: CaptureMap | None) -> tuple[tuple[str, OutputRecorder], ...]:
+    """Flatten a capture map into `(key, OutputRecorder)` tasks, bare classes/names given default indices."""
+    tasks: list[tuple[str, OutputRecorder]] = []
+    for key, recorders in (output_map or {}).items():
+        if not isinstance(recorders, (list, tuple)):
+            recorders = [recorders]
+        tasks.extend((key, _as_recorder(key, r)) for r in recorders)
+    return tuple(tasks)

@@ -1,0 +1,48 @@
+"""Which positions of each captured key to keep: `output_hidden_states` indices and recorder `layers`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .hooks import resolve_positions
+from .recorder import OutputRecorder
+
+__all__ = ["requested_positions", "resolve_selections"]
+
+
+def requested_positions(flag: Any) -> list[int] | None:
+    """The positions an `output_hidden_states` value selects, or `None` when it is a plain flag."""
+    if isinstance(flag, bool) or flag is None:
+        return None
+    if isinstance(flag, int):
+        return [flag]
+    return list(flag)
+
+
+def resolve_selections(
+    tasks: Iterable[tuple[str, OutputRecorder]],
+    keys: Iterable[str],
+    hidden_states_flag: Any,
+    count_positions: Callable[[str, OutputRecorder], int | None],
+) -> dict[str, frozenset[int]]:
+    """Resolve the kept positions of each requested key.
+
+    `hidden_states` follows an index/list `output_hidden_states` flag when one is given; otherwise a key
+    whose recorders all declare `layers` keeps the union of them. `count_positions(key, recorder)` says
+    how many positions the key will have, for negative indices (`None` when unknown).
+    """
+    by_key: dict[str, list[OutputRecorder]] = {}
+    for key, recorder in tasks:
+        by_key.setdefault(key, []).append(recorder)
+    selections: dict[str, frozenset[int]] = {}
+    for key in keys:
+        recorders = by_key.get(key)
+        if not recorders:
+            continue
+        selected = requested_positions(hidden_states_flag) if key == "hidden_states" else None
+        if selected is None and all(r.layers is not None for r in recorders):
+            selected = sorted({i for r in recorders for i in r.layers})
+        if selected is not None:
+            selections[key] = resolve_positions(selected, count_positions(key, recorders[0]), key)
+    return selections

@@ -1,0 +1,196 @@
+"""`trace`: capture submodule outputs of any `nn.Module` for the duration of a `with` block.
+
+The model needs no cooperation: hooks go on when the block starts and come off when it ends. Each call
+of the root module is one step; the yielded mapping holds every step's captures in call order (a
+single forward gives exactly the model's own `output_hidden_states` / `output_attentions` tuples).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from types import MappingProxyType
+from typing import Any
+
+from torch import nn
+
+from .capture import tie_last_hidden_state
+from .hooks import Collector, install_hooks, own_output_map, plan_hooks, remove_hooks
+from .recorder import OutputRecorder, normalize_output_map
+from .selection import resolve_selections
+
+__all__ = ["trace", "Captures"]
+
+# The trace collectors active in this context; a trace's hooks record only while it is listed here.
+_active_traces: ContextVar[tuple[Collector, ...]] = ContextVar("yamltrace_active_traces", default=())
+
+
+def _is_active(collector: Collector) -> bool:
+    return collector in _active_traces.get()
+
+
+class Captures(Mapping[str, tuple]):
+    """Read-only mapping `key -> tuple` of what a `trace` block captured, all steps concatenated.
+
+    `steps` holds one read-only mapping per call of the traced module, in call order.
+    """
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self._keys = keys
+        self._steps: list[Mapping[str, tuple]] = []
+
+    @property
+    def steps(self) -> tuple[Mapping[str, tuple], ...]:
+        return tuple(self._steps)
+
+    def _add_step(self, lists: dict[str, list[Any]]) -> None:
+        self._steps.append(MappingProxyType({k: tuple(lists[k]) for k in self._keys}))
+
+    def __getitem__(self, key: str) -> tuple:
+        if key not in self._keys:
+            hint = difflib.get_close_matches(key, self._keys, n=1)
+            raise KeyError(f"{key!r} was not traced; traced keys: {list(self._keys)}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        return tuple(value for step in self._steps for value in step[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}: {len(self[k])}" for k in self._keys)
+        return f"Captures({len(self._steps)} step(s); {counts})"
+
+
+def _forward_tie_last(model: nn.Module) -> bool | None:
+    """The `tie_last_hidden_states` argument of the capture decorator on `model.forward`, if any.
+
+    Reads yamltrace's marker, or the closure of transformers' `capture_outputs` wrapper.
+    """
+    func = getattr(type(model), "forward", None)
+    while func is not None:
+        marker = getattr(func, "__yamltrace_tie_last_hidden_states__", None)
+        if marker is not None:
+            return marker
+        code = getattr(func, "__code__", None)
+        if code is not None and "tie_last_hidden_states" in code.co_freevars and func.__closure__:
+            cell = func.__closure__[code.co_freevars.index("tie_last_hidden_states")]
+            return bool(cell.cell_contents)
+        func = getattr(func, "__wrapped__", None)
+    return None
+
+
+def _resolve_spec(model: nn.Module, spec: Any) -> tuple[tuple[tuple[str, OutputRecorder], ...], dict[str, Any], bool]:
+    """(tasks, options, nested_maps) for `trace`'s `spec` argument."""
+    if spec is None:
+        spec = getattr(model, "yamltrace_spec", None)
+    if spec is None:
+        own = own_output_map(model)
+        if not isinstance(own, Mapping) or not own:
+            raise ValueError(
+                f"{type(model).__name__} declares no _can_record_outputs; pass trace(model, spec) with a Spec, "
+                "a spec file or a {key: recorder} dict."
+            )
+        return normalize_output_map(own), {}, True
+    if isinstance(spec, (str, os.PathLike)):
+        from .spec import load_spec
+
+        spec = load_spec(spec, for_model=model)
+    if isinstance(spec, Mapping):
+        return normalize_output_map(spec), {}, False
+    outputs = getattr(spec, "outputs", None)
+    if not isinstance(outputs, Mapping):
+        raise TypeError(f"trace() takes a Spec, a spec path or a capture dict, got {type(spec).__name__}.")
+    return normalize_output_map(outputs), dict(getattr(spec, "options", {}) or {}), False
+
+
+def _tie_last(model: nn.Module, options: Mapping[str, Any]) -> bool:
+    from_config = getattr(getattr(model, "config", None), "tie_last_hidden_states", None)
+    if from_config is not None:
+        return bool(from_config)
+    if options.get("tie_last_hidden_states") is not None:
+        return bool(options["tie_last_hidden_states"])
+    from_forward = _forward_tie_last(model)
+    return True if from_forward is None else from_forward
+
+
+@contextlib.contextmanager
+def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterator[Captures]:
+    """Capture the outputs a spec declares while the block runs; yields a read-only `key -> tuple` map.
+
+    Args:
+        model: any `nn.Module`; it does not need to declare anything.
+        spec: a `Spec`, a spec file path, or a `_can_record_outputs`-style dict. `None` uses the spec
+            attached by `from_pretrained`, else the model's own `_can_record_outputs` (nested models
+            then follow their own maps).
+        outputs: the keys to capture (default: every key of the spec).
+
+    Hooks exist only inside the block, record only calls made in the context (thread) that entered it,
+    and are removed even if the block raises.
+    """
+    tasks, options, nested_maps = _resolve_spec(model, spec)
+    known = tuple(dict.fromkeys(k for k, _ in tasks))
+    keys = known if outputs is None else tuple(dict.fromkeys([outputs] if isinstance(outputs, str) else outputs))
+    for key in keys:
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            raise KeyError(f"trace: output {key!r} is not in the spec (keys: {list(known)})" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+
+    plan = plan_hooks(model, tasks, nested_maps=nested_maps, keys=keys)
+    hooked = {k: sum(1 for _, _, entries in plan if any(e[0] == k for e in entries)) for k in keys}
+    config = getattr(model, "config", None)
+
+    def count_positions(key: str, recorder: OutputRecorder) -> int:
+        layers = getattr(config, recorder.num_hidden_layers_key, None)
+        if layers is None:
+            layers = hooked[key]
+        return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)
+
+    selections = resolve_selections(tasks, keys, None, count_positions)
+    collector = Collector(keys, selections)
+    captures = Captures(keys)
+    tie_last = _tie_last(model, options)
+    depth = 0
+
+    def fresh_lists() -> dict[str, list[Any]]:
+        return {k: [] for k in keys}
+
+    def step_started(module: nn.Module, args: tuple) -> None:
+        nonlocal depth
+        if _is_active(collector):
+            if depth == 0:
+                collector.lists = fresh_lists()
+            depth += 1
+
+    def step_finished(module: nn.Module, args: tuple, output: Any) -> None:
+        if _is_active(collector) and depth == 1:
+            if tie_last and "hidden_states" in collector.lists:
+                tie_last_hidden_state(collector.lists["hidden_states"], output)
+            captures._add_step(collector.lists)
+            collector.lists = fresh_lists()
+
+    def step_ended(module: nn.Module, args: tuple, output: Any) -> None:
+        # Runs after step_finished, and also when the forward raised: a failed step is discarded.
+        nonlocal depth
+        if _is_active(collector) and depth > 0:
+            depth -= 1
+            if depth == 0:
+                collector.lists = fresh_lists()
+
+    handles = []
+    token = None
+    try:
+        handles.append(model.register_forward_pre_hook(step_started))
+        handles.extend(install_hooks(plan, collector, _is_active))
+        handles.append(model.register_forward_hook(step_finished))
+        handles.append(model.register_forward_hook(step_ended, always_call=True))
+        token = _active_traces.set(_active_traces.get() + (collector,))
+        yield captures
+    finally:
+        if token is not None:
+            _active_traces.reset(token)
+        remove_hooks(handles)
