@@ -1,0 +1,434 @@
+"""`capture_outputs`: REFERENCE §1 rules 1-8, one by one, on small models written here.
+
+Expected tensors are recomputed by calling the submodules by hand, so every check is `torch.equal`
+against an independent computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from yamltrace.capture import _active_collector, capture_outputs
+from yamltrace.config import Config
+from yamltrace.modeling import PreTrainedModel
+from yamltrace.outputs import BaseModelOutput, ModelOutput
+from yamltrace.recorder import OutputRecorder
+
+DIM = 8
+
+
+class Attn(nn.Module):
+    """Self-attention returning `(output, weights)`; weights are `None` when `weights=False`."""
+
+    def __init__(self, weights: bool = True) -> None:
+        super().__init__()
+        self.proj = nn.Linear(DIM, DIM)
+        self.weights = weights
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        w = torch.softmax(x @ x.transpose(-1, -2), dim=-1)
+        return self.proj(w @ x), (w if self.weights else None)
+
+
+class Layer(nn.Module):
+    """Self- then cross-attention (both `Attn`); returns a bare tensor, not a tuple."""
+
+    def __init__(self, weights: bool = True, fail: bool = False) -> None:
+        super().__init__()
+        self.attn = Attn(weights)
+        self.crossattention = Attn(weights)
+        self.fail = fail
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fail:
+            raise RuntimeError("layer failed on purpose")
+        x = x + self.attn(x)[0]
+        return x + self.crossattention(x)[0]
+
+
+class ToyModel(PreTrainedModel):
+    """Embedding, `Layer`s and a final norm, with a decorated forward like a transformers base model."""
+
+    _can_record_outputs = {
+        "hidden_states": Layer,
+        "attentions": OutputRecorder(Attn, index=1, layer_name="attn"),
+        "cross_attentions": OutputRecorder(Attn, index=1, layer_name="crossattention"),
+    }
+
+    def __init__(self, config: Config | None = None, layers: int = 2, weights: bool = True) -> None:
+        super().__init__(config or Config(num_hidden_layers=layers))
+        self.embed = nn.Linear(DIM, DIM)
+        self.layers = nn.ModuleList(Layer(weights) for _ in range(layers))
+        self.norm = nn.LayerNorm(DIM)
+        self.post_init()
+
+    @capture_outputs
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> BaseModelOutput:
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        return BaseModelOutput(last_hidden_state=self.norm(x))
+
+
+class UntiedToyModel(ToyModel):
+    """`ToyModel` whose decorator keeps the pre-norm last hidden state."""
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> BaseModelOutput:
+        return ToyModel.forward.__wrapped__(self, x, **kwargs)
+
+
+@dataclass
+class VisionOutput(ModelOutput):
+    last_hidden_state: torch.Tensor | None = None
+    vision_hidden_states: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+class VisionToyModel(ToyModel):
+    """`ToyModel` whose output also carries `vision_hidden_states`, which tie-last prefers."""
+
+    @capture_outputs
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> VisionOutput:
+        out = ToyModel.forward.__wrapped__(self, x, **kwargs)
+        return VisionOutput(last_hidden_state=out.last_hidden_state, vision_hidden_states=out.last_hidden_state * 2)
+
+
+def reference(model: ToyModel, x: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+    """Every intermediate tensor of `ToyModel`, computed by calling its submodules by hand."""
+    states, attentions, cross = [model.embed(x)], [], []
+    for layer in model.layers:
+        h = states[-1]
+        out, w = layer.attn(h)
+        attentions.append(w)
+        h = h + out
+        out, w = layer.crossattention(h)
+        cross.append(w)
+        states.append(h + out)
+    return {"hidden_states": states, "attentions": attentions, "cross_attentions": cross, "last": [model.norm(states[-1])]}
+
+
+def assert_tensors_equal(actual: tuple, expected: list) -> None:
+    assert isinstance(actual, tuple)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        if e is None:
+            assert a is None
+        else:
+            assert torch.equal(a, e)
+
+
+def hook_count(model: nn.Module) -> int:
+    """Forward (pre-)hooks on every module of `model`."""
+    return sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_always_called) for m in model.modules()
+    )
+
+
+@pytest.fixture
+def toy() -> ToyModel:
+    torch.manual_seed(0)
+    return ToyModel().eval()
+
+
+@pytest.fixture
+def x() -> torch.Tensor:
+    return torch.randn(2, 5, DIM, generator=torch.Generator().manual_seed(3))
+
+
+# Rule 1-2: output map, default index, recorder fields
+
+
+def test_bare_class_records_index_0_for_hidden_states_and_whole_non_tuple_output(toy, x) -> None:
+    ref = reference(toy, x)
+    out = toy(x, output_hidden_states=True)
+    assert_tensors_equal(out.hidden_states, ref["hidden_states"][:-1] + ref["last"])
+
+
+def test_bare_class_for_other_key_records_index_1(toy, x) -> None:
+    toy._can_record_outputs = {"attentions": Attn}
+    ref = reference(toy, x)
+    out = toy(x, output_attentions=True)
+    interleaved = [w for pair in zip(ref["attentions"], ref["cross_attentions"]) for w in pair]
+    assert_tensors_equal(out.attentions, interleaved)
+
+
+def test_non_tuple_output_is_recorded_whole_whatever_the_index(toy, x) -> None:
+    toy._can_record_outputs = {"layer_outputs": Layer}  # default index 1, but Layer returns a tensor
+    out = toy(x, output_layer_outputs=True)
+    assert_tensors_equal(out["layer_outputs"], reference(toy, x)["hidden_states"][1:])
+
+
+def test_layer_name_tells_self_from_cross_attention(toy, x) -> None:
+    ref = reference(toy, x)
+    out = toy(x, output_attentions=True)
+    assert_tensors_equal(out.attentions, ref["attentions"])
+    assert_tensors_equal(out["cross_attentions"], ref["cross_attentions"])
+
+
+def test_class_name_matches_a_path_suffix_not_a_class_name(toy, x) -> None:
+    toy._can_record_outputs = {"attentions": ".layers.1.attn"}
+    assert_tensors_equal(toy(x, output_attentions=True).attentions, reference(toy, x)["attentions"][1:])
+    toy._can_record_outputs = {"attentions": "Attn"}
+    assert toy(x, output_attentions=True).attentions == ()
+
+
+def test_none_element_is_skipped_so_missing_weights_give_an_empty_tuple(x) -> None:
+    torch.manual_seed(0)
+    model = ToyModel(weights=False).eval()
+    out = model(x, output_attentions=True)
+    assert out.attentions == ()
+    assert out["cross_attentions"] == ()
+
+
+# Rule 3: flags
+
+
+@pytest.mark.parametrize(
+    ("kwarg", "config_value", "captured"),
+    [(None, False, False), (None, True, True), (True, False, True), (False, True, False), (0, True, False), ([], True, False)],
+)
+def test_flag_comes_from_kwargs_then_config_then_false(x, kwarg, config_value, captured) -> None:
+    torch.manual_seed(0)
+    model = ToyModel(Config(num_hidden_layers=2, output_hidden_states=config_value)).eval()
+    kwargs = {} if kwarg is None else {"output_hidden_states": kwarg}
+    out = model(x, **kwargs)
+    assert (out.hidden_states is not None) is captured
+    if captured:
+        assert len(out.hidden_states) == 3
+
+
+def test_output_attentions_switches_cross_attentions_and_their_own_flag_is_ignored(toy, x) -> None:
+    out = toy(x, output_cross_attentions=True)
+    assert "cross_attentions" not in out and out.attentions is None
+    out = toy(x, output_attentions=True, output_cross_attentions=False)
+    assert_tensors_equal(out["cross_attentions"], reference(toy, x)["cross_attentions"])
+
+
+# Rule 4: hidden states
+
+
+def test_initial_state_is_the_first_hooked_modules_input(toy, x) -> None:
+    out = toy(x, output_hidden_states=True)
+    assert len(out.hidden_states) == len(toy.layers) + 1
+    assert torch.equal(out.hidden_states[0], toy.embed(x))
+
+
+def test_capture_initial_hidden_state_false_gives_one_state_per_layer(toy, x) -> None:
+    toy._can_record_outputs = {"hidden_states": OutputRecorder(Layer, capture_initial_hidden_state=False)}
+    ref = reference(toy, x)
+    assert_tensors_equal(toy(x, output_hidden_states=True).hidden_states, ref["hidden_states"][1:-1] + ref["last"])
+
+
+def test_last_state_is_tied_to_last_hidden_state(toy, x) -> None:
+    out = toy(x, output_hidden_states=True)
+    assert out.hidden_states[-1] is out.last_hidden_state
+
+
+def test_tie_last_prefers_vision_hidden_states(x) -> None:
+    torch.manual_seed(0)
+    model = VisionToyModel().eval()
+    out = model(x, output_hidden_states=True)
+    assert out.hidden_states[-1] is out.vision_hidden_states
+    assert not torch.equal(out.vision_hidden_states, out.last_hidden_state)
+
+
+@pytest.mark.parametrize(
+    ("model_class", "config_tie", "tied"),
+    [(UntiedToyModel, None, False), (UntiedToyModel, True, True), (ToyModel, False, False), (ToyModel, None, True)],
+)
+def test_tie_last_off_by_decorator_or_config_and_config_wins(x, model_class, config_tie, tied) -> None:
+    torch.manual_seed(0)
+    model = model_class(Config(num_hidden_layers=2, tie_last_hidden_states=config_tie)).eval()
+    ref = reference(model, x)
+    out = model(x, output_hidden_states=True)
+    assert_tensors_equal(out.hidden_states, ref["hidden_states"][:-1] + (ref["last"] if tied else ref["hidden_states"][-1:]))
+
+
+def test_last_state_not_tied_when_unselected(toy, x) -> None:
+    out = toy(x, output_hidden_states=[0])
+    assert out.hidden_states[-1] is None
+    assert len(out.hidden_states) == 3
+
+
+# Rule 5: index selection
+
+
+@pytest.mark.parametrize(
+    ("selection", "kept"),
+    [(1, {1}), ([0, 2], {0, 2}), ([-1], {2}), ([0, -3], {0}), ([-4, 3, 7], set()), ((1, -2), {1})],
+)
+def test_hidden_state_selection_keeps_only_selected_positions(toy, x, selection, kept) -> None:
+    ref = reference(toy, x)
+    full = ref["hidden_states"][:-1] + ref["last"]
+    out = toy(x, output_hidden_states=selection)
+    assert_tensors_equal(out.hidden_states, [t if i in kept else None for i, t in enumerate(full)])
+
+
+def test_negative_selection_without_initial_state_counts_layers_only(toy, x) -> None:
+    toy._can_record_outputs = {"hidden_states": OutputRecorder(Layer, capture_initial_hidden_state=False)}
+    out = toy(x, output_hidden_states=[-2])
+    assert_tensors_equal(out.hidden_states, [reference(toy, x)["hidden_states"][1], None])
+
+
+def test_negative_selection_reads_the_recorders_layer_count_key(x) -> None:
+    torch.manual_seed(0)
+    model = ToyModel(Config(num_hidden_layers=None, n_blocks=2)).eval()
+    model._can_record_outputs = {"hidden_states": OutputRecorder(Layer, num_hidden_layers_key="n_blocks")}
+    ref = reference(model, x)
+    assert_tensors_equal(model(x, output_hidden_states=-1).hidden_states, [None, None] + ref["last"])
+
+
+def test_negative_selection_without_layer_count_is_a_clear_error(x) -> None:
+    model = ToyModel(Config(num_hidden_layers=None)).eval()
+    with pytest.raises(ValueError, match=r"negative indices \[-1\].*num_hidden_layers_key"):
+        model(x, output_hidden_states=[-1])
+    assert hook_count(model) == 0
+    assert model(x, output_hidden_states=[0, 1]).hidden_states[2] is None
+
+
+def test_recorder_layers_select_positions_of_other_keys(toy, x) -> None:
+    toy._can_record_outputs = {"attentions": OutputRecorder(Attn, index=1, layer_name="attn", layers=(-1,))}
+    assert_tensors_equal(toy(x, output_attentions=True).attentions, [None, reference(toy, x)["attentions"][1]])
+
+
+# Rule 6: composite models
+
+
+class Inner(PreTrainedModel):
+    """A nested model with its own map (hidden states only) and a decorated forward."""
+
+    _can_record_outputs = {"hidden_states": Layer}
+
+    def __init__(self) -> None:
+        super().__init__(Config(num_hidden_layers=2))
+        self.layers = nn.ModuleList(Layer() for _ in range(2))
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> BaseModelOutput:
+        for layer in self.layers:
+            x = layer(x)
+        return BaseModelOutput(last_hidden_state=x)
+
+
+class UndecoratedInner(Inner):
+    """The same nested model with a plain forward: its subtree records into the parent's collector."""
+
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> BaseModelOutput:
+        return Inner.forward.__wrapped__(self, x, **kwargs)
+
+
+@dataclass
+class OuterOutput(ModelOutput):
+    last_hidden_state: torch.Tensor | None = None
+    inner_hidden_states: tuple[torch.Tensor, ...] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class Outer(PreTrainedModel):
+    """A composite: its own `Layer` then a nested model; its map also lists `Attn` for attentions."""
+
+    _can_record_outputs = {"hidden_states": Layer, "attentions": OutputRecorder(Attn, index=1)}
+
+    def __init__(self, inner: type[Inner]) -> None:
+        super().__init__(Config(num_hidden_layers=1))
+        self.layer = Layer()
+        self.inner = inner()
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> OuterOutput:
+        inner = self.inner(self.layer(x), **kwargs)
+        return OuterOutput(last_hidden_state=inner.last_hidden_state, inner_hidden_states=inner.hidden_states)
+
+
+def composite_reference(model: Outer, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(hidden states through the whole composite, the outer layer's two attention weights)."""
+    states = [x, model.layer(x)]
+    for layer in model.inner.layers:
+        states.append(layer(states[-1]))
+    out, self_weights = model.layer.attn(x)
+    return states, [self_weights, model.layer.crossattention(x + out)[1]]
+
+
+def test_nested_decorated_model_shadows_the_parents_collector(x) -> None:
+    torch.manual_seed(0)
+    model = Outer(Inner).eval()
+    states, outer_weights = composite_reference(model, x)
+    out = model(x, output_hidden_states=True, output_attentions=True)
+    # The parent records its own region only; the nested forward records its subtree for itself.
+    assert_tensors_equal(out.hidden_states, states[:2])
+    assert_tensors_equal(out.inner_hidden_states, states[1:])
+    # The nested map has no attentions, so the nested Attn modules record nothing anywhere.
+    assert_tensors_equal(out.attentions, outer_weights)
+    assert hook_count(model) == 0
+
+
+def test_nested_map_governs_its_subtree_when_its_forward_is_plain(x) -> None:
+    torch.manual_seed(0)
+    model = Outer(UndecoratedInner).eval()
+    states, outer_weights = composite_reference(model, x)
+    out = model(x, output_hidden_states=True, output_attentions=True)
+    assert_tensors_equal(out.hidden_states, states)
+    assert out.inner_hidden_states is None
+    assert_tensors_equal(out.attentions, outer_weights)
+
+
+# Rule 7: injection and return_dict
+
+
+@pytest.mark.parametrize("via_config", [False, True])
+def test_return_dict_false_returns_to_tuple_without_none(x, via_config) -> None:
+    torch.manual_seed(0)
+    model = ToyModel(Config(num_hidden_layers=2, return_dict=not via_config)).eval()
+    kwargs = {} if via_config else {"return_dict": False}
+    ref = reference(model, x)
+    plain = model(x, **kwargs)
+    assert isinstance(plain, tuple) and len(plain) == 1 and torch.equal(plain[0], ref["last"][0])
+    last, hidden = model(x, output_hidden_states=True, **kwargs)
+    assert torch.equal(last, ref["last"][0])
+    assert_tensors_equal(hidden, ref["hidden_states"][:-1] + ref["last"])
+
+
+# Rule 8 and "no cost when off": state after success and failure
+
+
+class HookProbe(nn.Module):
+    """Records how many hooks the model carries while its forward runs."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.models = [model]  # a list, so the model is not registered as a submodule
+        self.seen: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(hook_count(self.models[0]))
+        return x
+
+
+def test_no_hook_exists_when_capture_is_off_and_none_remains_after(toy, x) -> None:
+    probe = HookProbe(toy)
+    toy.embed = nn.Sequential(toy.embed, probe)
+    toy(x)
+    toy(x, output_hidden_states=True, output_attentions=True)
+    assert probe.seen[0] == 0
+    assert probe.seen[1] > 0
+    assert hook_count(toy) == 0
+
+
+def test_exception_mid_forward_leaves_no_state(toy, x) -> None:
+    expected = toy(x, output_hidden_states=True, output_attentions=True)
+    toy.layers[1].fail = True
+    with pytest.raises(RuntimeError, match="on purpose"):
+        toy(x, output_hidden_states=True, output_attentions=True)
+    assert hook_count(toy) == 0
+    assert _active_collector.get() is None
+    toy.layers[1].fail = False
+    again = toy(x, output_hidden_states=True, output_attentions=True)
+    for key in ("hidden_states", "attentions", "cross_attentions"):
+        assert_tensors_equal(again[key], list(expected[key]))
