@@ -1,0 +1,3 @@
+"""Records which test modules have been imported, so a test can tell whether a spec imported one."""
+
+IMPORTED: list[str] = []

@@ -1,0 +1,313 @@
+"""Names -> classes: registered names, plugin entry points, and imports the user consented to.
+
+A spec is data that may arrive with a downloaded checkpoint, so naming a module in it must not run that
+module's code. `ClassRegistry.resolve` imports a module only when an `ImportPolicy` allows it: the
+module is already imported, lies under an allowed root package (torch, yamltrace, the model's own
+package), or the user passed `trust_imports=True`. Registered names and installed plugins (entry points
+in group `yamltrace.classes`) need no import consent: registering or installing them is the consent.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import importlib
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
+from typing import Any, TypeVar, overload
+
+from .errors import SpecError
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ALWAYS_ALLOWED_ROOTS",
+    "ImportPolicy",
+    "ClassRegistry",
+    "default_registry",
+    "register_class",
+    "unregister_class",
+    "resolve_class",
+    "list_classes",
+]
+
+ENTRY_POINT_GROUP = "yamltrace.classes"
+# Packages whose modules a spec may import without consent: torch, and yamltrace itself.
+ALWAYS_ALLOWED_ROOTS = frozenset({"torch", "yamltrace"})
+
+_MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_QUALNAME = _MODULE_NAME
+
+C = TypeVar("C", bound=type)
+
+
+@dataclass(frozen=True)
+class ImportPolicy:
+    """Which modules a resolution may import: already imported ones, those under `roots`, or all if `trust`."""
+
+    roots: frozenset[str] = ALWAYS_ALLOWED_ROOTS
+    trust: bool = False
+
+    @classmethod
+    def for_model(cls, model: Any = None, *, trust: bool = False) -> ImportPolicy:
+        """The policy for a spec applied to `model` (a class or an instance): its top-level package is allowed."""
+        roots = set(ALWAYS_ALLOWED_ROOTS)
+        if model is not None:
+            model_cls = model if isinstance(model, type) else type(model)
+            roots.add(model_cls.__module__.partition(".")[0])
+        return cls(frozenset(roots), trust)
+
+    def allows(self, module: str) -> bool:
+        """Whether `module` may be imported (or is imported already)."""
+        return self.trust or module in sys.modules or module.partition(".")[0] in self.roots
+
+    def refusal(self, module: str) -> str:
+        """The message for a module this policy does not allow."""
+        return (
+            f"module {module!r} is not imported yet, and importing it would run its code: a spec may import only "
+            f"modules under {', '.join(sorted(self.roots))} or modules already imported. Import it yourself, "
+            f"register the class with register_class(), or pass trust_imports=True if you trust this spec."
+        )
+
+
+@dataclass(frozen=True)
+class _Search:
+    """Where a resolution looked, for the error message and the suggestions."""
+
+    modules: tuple[ModuleType, ...]
+    names: tuple[str, ...]
+
+
+class ClassRegistry:
+    """Named classes for specs, plus lazy plugins from an entry-point group; resolves spec class references.
+
+    Resolution order for a name: registered names (and plugins); `module:Qualname` and `module.Class`
+    paths; bare names searched in the given `imports` in order, then in the model's own module.
+    Successful resolutions are cached until the registry changes.
+    """
+
+    def __init__(self, entry_point_group: str | None = ENTRY_POINT_GROUP) -> None:
+        self.entry_point_group = entry_point_group
+        self._classes: dict[str, type] = {}
+        self._plugins: dict[str, list[EntryPoint]] | None = None
+        self._cache: dict[tuple[Any, ...], type] = {}
+
+    # -- registration ---------------------------------------------------------------------------------
+
+    def register(self, name: str, cls: type) -> type:
+        """Register `cls` under `name`; returns `cls`. `ValueError` if the name is taken (also by a plugin)."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"A registered class name must be a non-empty string, got {name!r}.")
+        if not isinstance(cls, type):
+            raise TypeError(f"register({name!r}, ...) needs a class, got {cls!r}.")
+        if name in self._classes or name in self._plugin_entries():
+            taken_by = self._classes.get(name) or f"plugin {self._plugin_entries()[name][0].value}"
+            raise ValueError(f"Class name {name!r} is already registered ({taken_by}); unregister it first.")
+        self._classes[name] = cls
+        self._cache.clear()
+        return cls
+
+    def unregister(self, name: str) -> type:
+        """Remove a registered name; returns its class. `ValueError` if it is not registered."""
+        if name not in self._classes:
+            raise ValueError(f"Class name {name!r} is not registered (registered: {sorted(self._classes)}).")
+        self._cache.clear()
+        return self._classes.pop(name)
+
+    def get(self, name: str) -> type | None:
+        """The class registered (or provided by a plugin) under `name`, or `None`."""
+        if name in self._classes:
+            return self._classes[name]
+        plugins = self._plugin_entries().get(name)
+        if not plugins:
+            return None
+        return self._load_plugin(name, plugins)
+
+    def list(self, filter: str | Iterable[str] = "") -> list[str]:
+        """Sorted registered and plugin names, optionally only those matching fnmatch pattern(s) `filter`."""
+        names = set(self._classes) | set(self._plugin_entries())
+        patterns = [filter] if isinstance(filter, str) else list(filter)
+        patterns = [p for p in patterns if p]
+        if patterns:
+            names = {n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
+        return sorted(names)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (name in self._classes or name in self._plugin_entries())
+
+    # -- plugins -----------------------------------------------------------------------------------------
+
+    def _plugin_entries(self) -> dict[str, list[EntryPoint]]:
+        """Entry points by name, discovered once on first use (nothing is imported until a name is used)."""
+        if self._plugins is None:
+            found: dict[str, list[EntryPoint]] = {}
+            if self.entry_point_group:
+                for ep in entry_points(group=self.entry_point_group):
+                    if all(ep.value != other.value for other in found.get(ep.name, [])):
+                        found.setdefault(ep.name, []).append(ep)
+            self._plugins = found
+        return self._plugins
+
+    def _load_plugin(self, name: str, plugins: list[EntryPoint]) -> type:
+        if len(plugins) > 1:
+            raise SpecError.single(
+                f"Class name {name!r} is provided by several plugins ({', '.join(ep.value for ep in plugins)}); "
+                "uninstall one, or name the class by its module path."
+            )
+        try:
+            cls = plugins[0].load()
+        except Exception as e:
+            raise SpecError.single(f"plugin class {name!r} ({plugins[0].value}) failed to load: {e}") from e
+        if not isinstance(cls, type):
+            raise SpecError.single(f"plugin {name!r} ({plugins[0].value}) is {_describe(cls)}, not a class.")
+        return cls
+
+    # -- resolution ----------------------------------------------------------------------------------------
+
+    def resolve(
+        self,
+        name: str,
+        *,
+        imports: Iterable[str] = (),
+        policy: ImportPolicy = ImportPolicy(),
+        model_module: str | None = None,
+        subclass_of: type | None = None,
+    ) -> type:
+        """The class `name` refers to; `SpecError` if it cannot be found, is not allowed, or is not a class.
+
+        Args:
+            name: a registered name, `module:Qualname`, `module.Class`, or a bare class name.
+            imports: modules searched in order for a bare name.
+            policy: which modules may be imported.
+            model_module: the module of the model the spec is applied to, searched last for a bare name.
+            subclass_of: the base class the result must derive from (checked on the resolved object).
+        """
+        key = (name, tuple(imports), policy, model_module)
+        cls = self._cache.get(key)
+        if cls is None:
+            cls = self._resolve(name, key[1], policy, model_module)
+            self._cache[key] = cls
+        if subclass_of is not None and not issubclass(cls, subclass_of):
+            raise SpecError.single(
+                f"{name!r} resolves to {_describe(cls)}, which is not a subclass of "
+                f"{subclass_of.__module__}.{subclass_of.__qualname__}."
+            )
+        return cls
+
+    def _resolve(self, name: str, imports: tuple[str, ...], policy: ImportPolicy, model_module: str | None) -> type:
+        registered = self.get(name)
+        if registered is not None:
+            return registered
+        if ":" in name:
+            module_name, _, qualname = name.partition(":")
+            return self._from_path(name, module_name, qualname, policy)
+        if "." in name:
+            module_name, _, qualname = name.rpartition(".")
+            return self._from_path(name, module_name, qualname, policy)
+        return self._from_imports(name, imports, policy, model_module)
+
+    def _from_path(self, name: str, module_name: str, qualname: str, policy: ImportPolicy) -> type:
+        if not _MODULE_NAME.match(module_name) or not _QUALNAME.match(qualname):
+            raise SpecError.single(f"{name!r} is not a class reference: use 'package.module:ClassName'.")
+        module = _import(module_name, policy)
+        obj: Any = module
+        for part in qualname.split("."):
+            if not hasattr(obj, part):
+                hint = _hint(part, self.list() + _class_names(module))
+                raise SpecError.single(f"module {module_name!r} has no attribute {qualname!r}.{hint}")
+            obj = getattr(obj, part)
+        return _require_class(name, obj)
+
+    def _from_imports(self, name: str, imports: tuple[str, ...], policy: ImportPolicy, model_module: str | None) -> type:
+        if not _QUALNAME.match(name):
+            raise SpecError.single(f"{name!r} is not a class name.")
+        search_order = list(dict.fromkeys([*imports, *([model_module] if model_module else [])]))
+        searched: list[ModuleType] = []
+        for module_name in search_order:
+            module = _import(module_name, policy)
+            searched.append(module)
+            if hasattr(module, name):
+                return _require_class(name, getattr(module, name))
+        where = ", ".join(repr(m) for m in search_order) or "no modules (add the class's module to `imports`)"
+        candidates = self.list() + [n for m in searched for n in _class_names(m)]
+        raise SpecError.single(
+            f"class {name!r} not found; searched the registered names and modules {where}.{_hint(name, candidates)}"
+        )
+
+
+def _import(module_name: str, policy: ImportPolicy) -> ModuleType:
+    """Import `module_name` if `policy` allows it; `SpecError` otherwise or if the import fails."""
+    if not _MODULE_NAME.match(module_name):
+        raise SpecError.single(f"{module_name!r} is not a module name.")
+    if not policy.allows(module_name):
+        raise SpecError.single(policy.refusal(module_name))
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise SpecError.single(f"cannot import module {module_name!r}: {e}.") from e
+    except Exception as e:
+        raise SpecError.single(f"importing module {module_name!r} failed: {type(e).__name__}: {e}") from e
+
+
+def _require_class(name: str, obj: Any) -> type:
+    if not isinstance(obj, type):
+        raise SpecError.single(f"{name!r} is {_describe(obj)}, not a class; a spec may name classes only.")
+    return obj
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, type):
+        return f"class {obj.__module__}.{obj.__qualname__}"
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        return f"the function {getattr(obj, '__module__', '?')}.{obj.__qualname__}"
+    return f"an instance of {type(obj).__qualname__}"
+
+
+def _class_names(module: ModuleType) -> list[str]:
+    return [n for n, v in vars(module).items() if isinstance(v, type) and not n.startswith("_")]
+
+
+def _hint(name: str, candidates: Iterable[str]) -> str:
+    close = [repr(c) for c in difflib.get_close_matches(name, sorted(set(candidates)), n=3)]
+    if not close:
+        return ""
+    return f" Did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
+
+
+default_registry = ClassRegistry()
+
+
+@overload
+def register_class(name: C, cls: None = None) -> C: ...
+@overload
+def register_class(name: str, cls: None = None) -> Callable[[C], C]: ...
+@overload
+def register_class(name: str, cls: C) -> C: ...
+def register_class(name: Any, cls: Any = None) -> Any:
+    """Register a class for specs in the default registry: `register_class("Name", cls)`, or as a decorator.
+
+    `@register_class` registers under the class's `__name__`; `@register_class("Name")` under "Name".
+    """
+    if isinstance(name, type) and cls is None:
+        return default_registry.register(name.__name__, name)
+    if cls is None:
+        return lambda c: default_registry.register(name, c)
+    return default_registry.register(name, cls)
+
+
+def unregister_class(name: str) -> type:
+    """Remove `name` from the default registry; returns its class."""
+    return default_registry.unregister(name)
+
+
+def resolve_class(name: str, **kwargs: Any) -> type:
+    """Resolve a class reference with the default registry (see `ClassRegistry.resolve`)."""
+    return default_registry.resolve(name, **kwargs)
+
+
+def list_classes(filter: str | Iterable[str] = "") -> list[str]:
+    """Names in the default registry, optionally filtered by fnmatch pattern(s)."""
+    return default_registry.list(filter)
