@@ -26,6 +26,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "ALWAYS_ALLOWED_ROOTS",
     "ImportPolicy",
+    "import_module",
     "ClassRegistry",
     "default_registry",
     "register_class",
@@ -135,6 +136,10 @@ class ClassRegistry:
             names = {n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
         return sorted(names)
 
+    def name_of(self, cls: type) -> str | None:
+        """The first name (sorted) `cls` is explicitly registered under, or `None`; plugins are not loaded."""
+        return next((name for name in sorted(self._classes) if self._classes[name] is cls), None)
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name in self._classes or name in self._plugin_entries())
 
@@ -212,7 +217,7 @@ class ClassRegistry:
     def _from_path(self, name: str, module_name: str, qualname: str, policy: ImportPolicy) -> type:
         if not _MODULE_NAME.match(module_name) or not _QUALNAME.match(qualname):
             raise SpecError.single(f"{name!r} is not a class reference: use 'package.module:ClassName'.")
-        module = _import(module_name, policy)
+        module = import_module(module_name, policy)
         obj: Any = module
         for part in qualname.split("."):
             if not hasattr(obj, part):
@@ -227,7 +232,7 @@ class ClassRegistry:
         search_order = list(dict.fromkeys([*imports, *([model_module] if model_module else [])]))
         searched: list[ModuleType] = []
         for module_name in search_order:
-            module = _import(module_name, policy)
+            module = import_module(module_name, policy)
             searched.append(module)
             if hasattr(module, name):
                 return _require_class(name, getattr(module, name))
@@ -238,7 +243,7 @@ class ClassRegistry:
         )
 
 
-def _import(module_name: str, policy: ImportPolicy) -> ModuleType:
+def import_module(module_name: str, policy: ImportPolicy) -> ModuleType:
     """Import `module_name` if `policy` allows it; `SpecError` otherwise or if the import fails."""
     if not _MODULE_NAME.match(module_name):
         raise SpecError.single(f"{module_name!r} is not a module name.")
