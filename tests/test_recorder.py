@@ -1,0 +1,120 @@
+"""OutputRecorder and `normalize_output_map`: default indices, validation and the module-matching rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from torch import nn
+
+from yamltrace.hooks import plan_hooks
+from yamltrace.recorder import OutputRecorder, default_index, normalize_output_map
+
+
+class Attention(nn.Module):
+    pass
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = Attention()
+        self.crossattention = Attention()
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = nn.ModuleList(Block() for _ in range(2))
+
+
+def hooked_paths(root: nn.Module, output_map: dict) -> list[str]:
+    return [path for _, path, _ in plan_hooks(root, normalize_output_map(output_map), nested_maps=False)]
+
+
+@pytest.mark.parametrize(
+    ("key", "index"), [("hidden_states", 0), ("vision_hidden_states", 0), ("attentions", 1), ("cross_attentions", 1)]
+)
+def test_default_index_is_0_for_hidden_state_keys_else_1(key, index) -> None:
+    assert default_index(key) == index
+    (task,) = normalize_output_map({key: Attention})
+    assert task == (key, OutputRecorder(target_class=Attention, index=index))
+    (task,) = normalize_output_map({key: ".attn"})
+    assert task == (key, OutputRecorder(class_name=".attn", index=index))
+
+
+def test_lists_flatten_in_order_and_recorders_pass_through() -> None:
+    recorder = OutputRecorder(Attention, index=2, layer_name="attn")
+    tasks = normalize_output_map({"attentions": [Block, recorder], "hidden_states": Block})
+    assert tasks == (
+        ("attentions", OutputRecorder(Block, index=1)),
+        ("attentions", recorder),
+        ("hidden_states", OutputRecorder(Block, index=0)),
+    )
+    assert normalize_output_map(None) == ()
+
+
+def test_foreign_recorder_with_the_same_fields_is_converted() -> None:
+    @dataclass
+    class Foreign:
+        target_class: type
+        index: int = 0
+        layer_name: str | None = None
+
+    (task,) = normalize_output_map({"attentions": Foreign(Attention, 1, "attn")})
+    assert task == ("attentions", OutputRecorder(Attention, index=1, layer_name="attn"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({}, ValueError, "target_class or a class_name"),
+        ({"target_class": "Attention"}, TypeError, "must be a class"),
+        ({"target_class": Attention, "index": True}, TypeError, "index must be an int"),
+        ({"target_class": Attention, "layers": [0, "1"]}, TypeError, "layers must be a sequence of ints"),
+    ],
+)
+def test_invalid_recorder_fields_are_rejected(kwargs, error, message) -> None:
+    with pytest.raises(error, match=message):
+        OutputRecorder(**kwargs)
+
+
+def test_layers_are_stored_as_a_tuple() -> None:
+    assert OutputRecorder(Attention, layers=[0, -1]).layers == (0, -1)
+
+
+def test_unknown_recorder_type_names_the_key() -> None:
+    with pytest.raises(TypeError, match="Output 'attentions'.*got 3"):
+        normalize_output_map({"attentions": 3})
+
+
+def test_layer_name_matches_whole_path_components_only() -> None:
+    assert hooked_paths(Net(), {"a": OutputRecorder(Attention, layer_name="attn")}) == [".h.0.attn", ".h.1.attn"]
+    assert hooked_paths(Net(), {"a": OutputRecorder(Attention, layer_name=".crossattention")}) == [
+        ".h.0.crossattention",
+        ".h.1.crossattention",
+    ]
+    assert hooked_paths(Net(), {"a": OutputRecorder(Attention, layer_name="h.1.attn")}) == [".h.1.attn"]
+    assert hooked_paths(Net(), {"a": OutputRecorder(Attention, layer_name="att")}) == []
+
+
+def test_class_name_is_a_suffix_of_the_dotted_path() -> None:
+    assert hooked_paths(Net(), {"a": ".h.0.attn"}) == [".h.0.attn"]
+    assert hooked_paths(Net(), {"a": "attn"}) == [".h.0.attn", ".h.1.attn"]
+    assert hooked_paths(Net(), {"a": "Attention"}) == []  # a class name is not a path suffix
+
+
+def test_class_or_path_match_then_layer_name_filters() -> None:
+    recorder = OutputRecorder(Block, class_name="crossattention", layer_name="1")
+    assert hooked_paths(Net(), {"a": recorder}) == [".h.1.crossattention", ".h.1"]
+
+
+def test_plan_lists_children_before_parents() -> None:
+    assert hooked_paths(Net(), {"a": [Block, Attention]}) == [
+        ".h.0.attn",
+        ".h.0.crossattention",
+        ".h.0",
+        ".h.1.attn",
+        ".h.1.crossattention",
+        ".h.1",
+    ]
