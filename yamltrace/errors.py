@@ -6,10 +6,34 @@ each as `file:line:column: $.json.path: message`, so text, JSON and CI annotatio
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
-__all__ = ["SpecIssue", "SpecError"]
+__all__ = ["SpecIssue", "SpecError", "format_json_path", "did_you_mean"]
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def format_json_path(path: Sequence[str | int]) -> str:
+    """`("outputs", "a", 1)` -> `$.outputs.a[1]`; keys that are not identifiers are quoted: `$.patches['^A.*$']`."""
+    parts = ["$"]
+    for part in path:
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        elif _IDENTIFIER.fullmatch(part):
+            parts.append(f".{part}")
+        else:
+            parts.append(f"[{part!r}]")
+    return "".join(parts)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`"; did you mean 'x'?"` naming the closest of `choices` (difflib), or `""` when none is close."""
+    match = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {match[0]!r}?" if match else ""
 
 
 @dataclass(frozen=True)
@@ -31,15 +55,36 @@ class SpecIssue:
                 where.append(str(self.column))
         return f"{':'.join(where)}: {self.json_path}: {self.message}"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The issue as JSON-ready data, for machine-readable reports."""
+        return {
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "json_path": self.json_path,
+            "message": self.message,
+        }
+
+    def with_note(self, note: str) -> SpecIssue:
+        """A copy whose message ends with `note`, e.g. the `extends` chain that led to this file."""
+        return replace(self, message=f"{self.message} {note}")
+
+
+def _order(issue: SpecIssue) -> tuple[Any, ...]:
+    return (issue.file or "", issue.line or 0, issue.column or 0, issue.json_path, issue.message)
+
 
 class SpecError(ValueError):
     """A spec that cannot be used; `issues` lists every problem found, in file order."""
 
     def __init__(self, issues: Iterable[SpecIssue]) -> None:
-        self.issues = tuple(sorted(issues, key=lambda i: (i.file or "", i.line or 0, i.column or 0)))
+        self.issues = tuple(sorted(issues, key=_order))
         if not self.issues:
             raise ValueError("SpecError needs at least one issue.")
         super().__init__("\n".join(issue.render() for issue in self.issues))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.issues,))
 
     @classmethod
     def single(
