@@ -90,10 +90,19 @@ class _SpecLoader(yaml.SafeLoader):
         return root
 
 
-_SpecLoader.add_implicit_resolver(_BOOL, re.compile(r"true|True|TRUE|false|False|FALSE"), list("tTfF"))
-_SpecLoader.add_implicit_resolver(_NULL, re.compile(r"null|Null|NULL|~|"), ["n", "N", "~", ""])
-_SpecLoader.add_implicit_resolver(_INT, re.compile(_INT_RE.pattern + "$"), list("-0123456789"))
-_SpecLoader.add_implicit_resolver(_FLOAT, re.compile(_FLOAT_RE.pattern + "$"), list("-0123456789"))
+def _add_resolvers() -> None:
+    """Resolve plain scalars by the strict rules above; anything unmatched stays text."""
+    for tag, pattern, first in (
+        (_BOOL, r"true|True|TRUE|false|False|FALSE", "tTfF"),
+        (_NULL, r"null|Null|NULL|~|", "nN~"),
+        (_INT, _INT_RE.pattern, "-0123456789"),
+        (_FLOAT, _FLOAT_RE.pattern, "-0123456789"),
+    ):
+        starts = [*first, ""] if tag == _NULL else list(first)
+        _SpecLoader.add_implicit_resolver(tag, re.compile(f"^(?:{pattern})$"), starts)
+
+
+_add_resolvers()
 
 
 @dataclass(frozen=True)
