@@ -7,7 +7,8 @@ A spec is data that may arrive with a downloaded checkpoint, so reading it is de
   `!custom`, ...) is an error.
 - anchors and aliases are refused at the first one seen, before anything is built, so an alias bomb
   cannot expand; nesting deeper than `MAX_DEPTH` is refused before Python's recursion limit is near.
-- a duplicate mapping key is an error (PyYAML would silently keep the last one).
+- a duplicate mapping key is an error (PyYAML would silently keep the last one), and so is a YAML
+  1.1 merge key (`<<`).
 - plain scalars follow a strict subset of the YAML 1.2 core schema: only `true`/`false` (also
   `True`, `TRUE`, ...) are booleans, only `null`, `~` and the empty value are null, only decimal
   integers without leading zeros and decimal floats with a dot or an exponent are numbers. Everything
@@ -192,6 +193,9 @@ class _Part:
                 continue
             key = key_node.value
             key_path = (*path, key)
+            if key == "<<" and key_node.style is None:
+                self.fail(key_node.start_mark, key_path, "merge keys (<<) are not supported in a spec; write the keys out")
+                continue
             if key in first_line:
                 self.fail(key_node.start_mark, key_path, f"duplicate key {key!r} (first at line {first_line[key]}); keep one")
                 continue
