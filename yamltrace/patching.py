@@ -137,6 +137,8 @@ def _signature_problem(original: type, replacement: type) -> str | None:
         expected, actual = inspect.signature(original), inspect.signature(replacement)
     except (TypeError, ValueError):
         return None
+    no_return = inspect.Signature.empty
+    expected, actual = expected.replace(return_annotation=no_return), actual.replace(return_annotation=no_return)
     params = [p for p in expected.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keyword = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
@@ -342,13 +344,15 @@ def _plan_model(model: nn.Module, mapping: Mapping[str, type], missing_ok: bool)
             continue
         plan.append((child, holders, replacement, how))
     if not missing_ok:
-        names = sorted({type(m).__name__ for m in model.modules()})
+        root = type(model).__name__
+        names = sorted({type(m).__name__ for m in model.modules()} - {root})
         for key in mapping:
             if key not in used:
                 hint = difflib.get_close_matches(key, names, n=1)
+                why = " (the root module itself is never replaced)" if find_key(root, {key: nn.Module}) else ""
                 problems.append(
-                    f"Patch pattern {key!r} matches no module of {type(model).__name__}"
-                    + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                    f"Patch pattern {key!r} matches no submodule of {root}{why}"
+                    + (f"; did you mean {hint[0]!r}?" if hint else "")
                     + "; fix the pattern or pass missing_ok=True."
                 )
     if problems:

@@ -1,0 +1,450 @@
+"""apply_patches, patch_output_recorders and patch_model on the tiny demo model."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+
+import yamltrace.kernels
+import yamltrace.tiny
+from yamltrace.kernels import SdpaTinyAttention
+from yamltrace.patch_registry import clear_patch_mapping, get_patch_mapping, register_patch_mapping
+from yamltrace.patching import (
+    PatchError,
+    apply_patches,
+    patch_model,
+    patch_output_recorders,
+    retarget_output_map,
+)
+from yamltrace.recorder import OutputRecorder
+from yamltrace.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
+from yamltrace.tracing import trace
+
+
+@pytest.fixture(autouse=True)
+def empty_registry():
+    assert get_patch_mapping() == {}, "a previous test leaked patch mappings"
+    yield
+    clear_patch_mapping()
+    assert yamltrace.tiny.TinyAttention is TinyAttention, "a test left yamltrace.tiny patched"
+
+
+class PlainAttention(nn.Module):
+    """TinyAttention's computation in a class that is *not* a TinyAttention subclass."""
+
+    def __init__(self, config: TinyConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(self, name, nn.Linear(config.hidden_size, config.hidden_size, bias=False))
+
+    @classmethod
+    def from_module(cls, original: TinyAttention) -> PlainAttention:
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.num_heads, new.head_dim = original.num_heads, original.head_dim
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(new, name, getattr(original, name))
+        return new
+
+    _heads = TinyAttention._heads
+    forward = TinyAttention.forward
+
+
+class ReassignedAttention(TinyAttention):
+    """A subclass that adds no state and has no from_module: patch_model reassigns the class."""
+
+    def forward(self, hidden_states: torch.Tensor, **kwargs):
+        return super().forward(hidden_states, **kwargs)
+
+
+class StatefulAttention(TinyAttention):
+    """A subclass with state of its own and no from_module: patch_model cannot convert it."""
+
+    def __init__(self, config: TinyConfig) -> None:
+        super().__init__(config)
+        self.extra = nn.Linear(2, 2)
+
+
+class LinearSubclass(nn.Linear):
+    pass
+
+
+@dataclass(frozen=True)
+class Entry:
+    pattern: str
+    replacement: type
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class FakeSpec:
+    patches: tuple[Entry, ...]
+
+
+def attention_classes(model: nn.Module) -> list[type]:
+    return [type(layer.self_attn) for layer in model.layers]
+
+
+def build(**patch_args) -> TinyModel:
+    torch.manual_seed(0)
+    with apply_patches(modules=[TinyModel], **patch_args):
+        return TinyModel(TinyConfig()).eval()
+
+
+# ----------------------------------------------------------------------------------------- apply_patches
+
+
+def test_apply_patches_builds_with_the_replacement_then_restores():
+    with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=[TinyModel]) as replaced:
+        assert yamltrace.tiny.TinyAttention is SdpaTinyAttention
+        model = TinyModel(TinyConfig())
+    assert [(r.path, r.original, r.replacement) for r in replaced] == [
+        ("yamltrace.tiny.TinyAttention", TinyAttention, SdpaTinyAttention)
+    ]
+    assert attention_classes(model) == [SdpaTinyAttention] * 4
+    assert yamltrace.tiny.TinyAttention is TinyAttention
+    assert attention_classes(TinyModel(TinyConfig())) == [TinyAttention] * 4
+
+
+def test_apply_patches_reads_the_registry_by_default():
+    register_patch_mapping({"TinyAttention": SdpaTinyAttention})
+    assert attention_classes(build()) == [SdpaTinyAttention] * 4
+
+
+def test_apply_patches_restores_after_an_exception():
+    with pytest.raises(RuntimeError, match="construction failed"):
+        with apply_patches({"TinyAttention": SdpaTinyAttention, "TinyMLP": TinyMLP.__mro__[0]}, modules=[TinyModel]):
+            assert yamltrace.tiny.TinyAttention is SdpaTinyAttention
+            raise RuntimeError("construction failed")
+    assert yamltrace.tiny.TinyAttention is TinyAttention
+    assert yamltrace.tiny.TinyMLP is TinyMLP
+
+
+def test_apply_patches_touches_only_the_named_modules():
+    # yamltrace.kernels imports TinyAttention too; it does not define the model being built.
+    with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=[TinyModel]):
+        assert yamltrace.kernels.TinyAttention is TinyAttention
+    with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=["yamltrace.kernels"]):
+        assert yamltrace.kernels.TinyAttention is SdpaTinyAttention
+        assert yamltrace.tiny.TinyAttention is TinyAttention
+    assert yamltrace.kernels.TinyAttention is TinyAttention
+
+
+def test_apply_patches_replaces_only_module_classes():
+    class Anything(nn.Module):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__()
+
+    with apply_patches({"^Tiny": Anything}, modules=[yamltrace.tiny]) as replaced:
+        assert yamltrace.tiny.TinyConfig is not Anything
+        assert yamltrace.tiny.TinyMLP is Anything
+    names = sorted(r.path.rsplit(".", 1)[1] for r in replaced)
+    assert names == ["TinyAttention", "TinyDecoderLayer", "TinyMLP", "TinyModel"]
+
+
+def test_apply_patches_rejects_unknown_module_arguments():
+    with pytest.raises(ValueError, match="module 'not_imported_anywhere' is not imported"):
+        with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=["not_imported_anywhere"]):
+            pass
+    with pytest.raises(TypeError, match="takes modules, imported module names or nn.Module classes"):
+        with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=[42]):
+            pass
+
+
+def test_constructor_signatures_are_checked_before_anything_is_patched():
+    class NeedsMore(nn.Module):
+        def __init__(self, config, extra) -> None:
+            super().__init__()
+
+    class RenamedArgument(nn.Module):
+        def __init__(self, cfg) -> None:  # positional calls work, `config=` calls would not
+            super().__init__()
+
+    with pytest.raises(PatchError) as info:
+        with apply_patches(
+            {"TinyMLP": SdpaTinyAttention.__mro__[1], "TinyAttention": NeedsMore, "TinyDecoderLayer": RenamedArgument},
+            modules=[TinyModel],
+        ):
+            pytest.fail("the block must not run")
+    problems = info.value.problems
+    assert len(problems) == 2
+    assert "NeedsMore(config, extra) cannot replace yamltrace.tiny.TinyAttention(config: 'TinyConfig')" in problems[0]
+    assert "missing a required argument: 'extra'" in problems[0]
+    assert "RenamedArgument(cfg) cannot replace yamltrace.tiny.TinyDecoderLayer" in problems[1]
+    assert "called as (config=...)" in problems[1]
+    assert yamltrace.tiny.TinyMLP is TinyMLP
+
+
+def test_nested_blocks_restore_in_order():
+    with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=[TinyModel]):
+        with apply_patches({"TinyAttention": ReassignedAttention}, modules=[TinyModel]):
+            assert yamltrace.tiny.TinyAttention is ReassignedAttention
+        assert yamltrace.tiny.TinyAttention is SdpaTinyAttention
+    assert yamltrace.tiny.TinyAttention is TinyAttention
+
+
+def test_spec_entries_apply_on_their_device_only():
+    spec = FakeSpec((Entry("TinyAttention", SdpaTinyAttention, "cuda"), Entry("TinyMLP", type("M", (TinyMLP,), {}), "cpu")))
+    model = build(mapping=spec, device="cpu")
+    assert attention_classes(model) == [TinyAttention] * 4
+    assert all(type(layer.mlp).__name__ == "M" for layer in model.layers)
+    assert attention_classes(build(mapping=spec, device="cuda")) == [SdpaTinyAttention] * 4
+
+
+def test_two_threads_build_with_their_own_mappings():
+    """Each builder pauses after its first attention until the other thread has entered its block.
+
+    If blocks could overlap, the other thread's patch would land between the layers of this one.
+    """
+    entered = {"a": threading.Event(), "b": threading.Event()}
+    barrier = threading.Barrier(2)
+    models: dict[str, TinyModel] = {}
+    errors: list[BaseException] = []
+
+    def attention_class(name: str, other: str) -> type:
+        paused = []
+
+        def __init__(self, config):
+            TinyAttention.__init__(self, config)
+            if not paused:
+                paused.append(entered[other].wait(timeout=0.3))
+
+        return type(f"Attention_{name}", (TinyAttention,), {"__init__": __init__})
+
+    classes = {"a": attention_class("a", "b"), "b": attention_class("b", "a")}
+
+    def work(name: str) -> None:
+        try:
+            barrier.wait()
+            with apply_patches({"TinyAttention": classes[name]}, modules=[TinyModel]):
+                entered[name].set()
+                models[name] = TinyModel(TinyConfig())
+        except BaseException as error:  # surfaced in the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(name,)) for name in classes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert attention_classes(models["a"]) == [classes["a"]] * 4
+    assert attention_classes(models["b"]) == [classes["b"]] * 4
+
+
+# ------------------------------------------------------------------------------- patch_output_recorders
+
+
+def test_retarget_output_map_handles_every_recorder_form():
+    mapping = {"TinyAttention": PlainAttention}
+    output_map = {
+        "attentions": OutputRecorder(target_class=TinyAttention, index=1, layer_name="self_attn"),
+        "by_name": "TinyAttention",
+        "by_class": TinyAttention,
+        "listed": [TinyMLP, OutputRecorder(class_name="TinyAttention")],
+        "untouched": TinyDecoderLayer,
+    }
+    retargeted, changes = retarget_output_map(output_map, mapping)
+    assert retargeted["attentions"] == OutputRecorder(target_class=PlainAttention, index=1, layer_name="self_attn")
+    assert retargeted["by_name"] is PlainAttention
+    assert retargeted["by_class"] is PlainAttention
+    assert retargeted["listed"] == [TinyMLP, OutputRecorder(target_class=PlainAttention, class_name="TinyAttention")]
+    assert retargeted["untouched"] is TinyDecoderLayer
+    assert [(c.path, c.original) for c in changes] == [
+        ("attentions", TinyAttention),
+        ("by_name", "TinyAttention"),
+        ("by_class", TinyAttention),
+        ("listed", "TinyAttention"),
+    ]
+    assert output_map["attentions"].target_class is TinyAttention  # the input is not mutated
+
+
+def test_hooks_fire_on_replacements_only_after_patch_output_recorders(tiny, input_ids):
+    with trace(tiny) as expected:
+        tiny(input_ids)
+    model = build(mapping={"TinyAttention": PlainAttention})
+    model.load_state_dict(tiny.state_dict())
+
+    with trace(model) as unpatched:
+        model(input_ids)
+    assert unpatched["attentions"] == ()
+
+    handle = patch_output_recorders(model, {"TinyAttention": PlainAttention})
+    assert [r.path for r in handle.replaced] == ["_can_record_outputs['attentions']"]
+    with trace(model) as captured:
+        model(input_ids)
+    assert len(captured["attentions"]) == 4
+    for got, want in zip(captured["attentions"], expected["attentions"]):
+        assert torch.equal(got, want)
+    from_forward = model(input_ids, output_attentions=True).attentions
+    assert len(from_forward) == 4 and all(torch.equal(a, b) for a, b in zip(from_forward, captured["attentions"]))
+
+    handle.remove()
+    handle.remove()
+    assert "_can_record_outputs" not in vars(model)
+    with trace(model) as after:
+        model(input_ids)
+    assert after["attentions"] == ()
+
+
+def test_the_retargeting_does_not_leak_into_models_built_later(input_ids):
+    class_map = dict(TinyModel._can_record_outputs)
+    register_patch_mapping({"TinyAttention": PlainAttention})
+    patched = build()
+    patch_output_recorders(patched)
+    clear_patch_mapping()
+
+    fresh = TinyModel(TinyConfig()).eval()
+    assert attention_classes(fresh) == [TinyAttention] * 4
+    with trace(fresh) as captured:
+        fresh(input_ids)
+    assert len(captured["attentions"]) == 4
+    assert TinyModel._can_record_outputs == class_map
+    with trace(patched) as still:  # the patched instance keeps its own map
+        patched(input_ids)
+    assert len(still["attentions"]) == 4
+
+
+def test_patch_output_recorders_without_matches_changes_nothing(tiny):
+    handle = patch_output_recorders(tiny, {"Nothing": PlainAttention})
+    assert handle.replaced == ()
+    assert "_can_record_outputs" not in vars(tiny)
+
+
+# ----------------------------------------------------------------------------------------- patch_model
+
+
+def test_patch_model_swaps_in_sdpa_sharing_parameters(tiny, input_ids):
+    expected = tiny(input_ids, output_hidden_states=True)
+    originals = [layer.self_attn for layer in tiny.layers]
+    pointers = {name: p.data_ptr() for name, p in tiny.named_parameters()}
+
+    handle = patch_model(tiny, {"TinyAttention": SdpaTinyAttention})
+    assert [(r.path, r.original, r.replacement, r.how) for r in handle.replaced] == [
+        (f"layers.{i}.self_attn", TinyAttention, SdpaTinyAttention, "from_module") for i in range(4)
+    ]
+    assert attention_classes(tiny) == [SdpaTinyAttention] * 4
+    assert {name: p.data_ptr() for name, p in tiny.named_parameters()} == pointers
+    assert tiny.layers[0].self_attn.q_proj.weight is originals[0].q_proj.weight
+    assert not tiny.layers[0].self_attn.training
+
+    got = tiny(input_ids, output_hidden_states=True, output_attentions=True)
+    torch.testing.assert_close(got.last_hidden_state, expected.last_hidden_state, atol=1e-5, rtol=0)
+    assert len(got.hidden_states) == 5
+    assert got.attentions == ()  # SDPA returns no weights: a None element is dropped
+
+    with handle:
+        pass
+    handle.remove()
+    assert [layer.self_attn for layer in tiny.layers] == originals
+    assert "_can_record_outputs" not in vars(tiny)
+    assert torch.equal(tiny(input_ids).last_hidden_state, expected.last_hidden_state)
+
+
+def test_patch_model_retargets_recorders_so_trace_fires_on_replacements(tiny, input_ids):
+    with trace(tiny) as expected:
+        tiny(input_ids)
+    with patch_model(tiny, {"TinyAttention": PlainAttention}):
+        with trace(tiny) as captured:
+            tiny(input_ids)
+    assert len(captured["attentions"]) == 4
+    assert all(torch.equal(a, b) for a, b in zip(captured["attentions"], expected["attentions"]))
+
+
+def test_patch_model_reassigns_the_class_of_a_stateless_subclass(tiny, input_ids):
+    expected = tiny(input_ids).last_hidden_state
+    originals = [layer.self_attn for layer in tiny.layers]
+    handle = patch_model(tiny, {"TinyAttention": ReassignedAttention})
+    assert {r.how for r in handle.replaced} == {"class"}
+    assert [layer.self_attn for layer in tiny.layers] == originals
+    assert attention_classes(tiny) == [ReassignedAttention] * 4
+    assert torch.equal(tiny(input_ids).last_hidden_state, expected)
+    handle.remove()
+    assert attention_classes(tiny) == [TinyAttention] * 4
+
+
+def test_patch_model_replaces_nested_matches_deepest_first(tiny, input_ids):
+    expected = tiny(input_ids).last_hidden_state
+    handle = patch_model(tiny, {"TinyAttention": SdpaTinyAttention, "^Linear$": LinearSubclass})
+    assert type(tiny.layers[0].self_attn) is SdpaTinyAttention
+    assert type(tiny.layers[0].self_attn.q_proj) is LinearSubclass
+    assert type(tiny.layers[0].mlp.up_proj) is LinearSubclass
+    torch.testing.assert_close(tiny(input_ids).last_hidden_state, expected, atol=1e-5, rtol=0)
+    handle.remove()
+    assert type(tiny.layers[0].self_attn) is TinyAttention
+    assert type(tiny.layers[0].self_attn.q_proj) is nn.Linear
+
+
+def test_patch_model_keeps_dtype_and_training_mode(input_ids):
+    torch.manual_seed(0)
+    model = TinyModel(TinyConfig()).double().train()
+    with patch_model(model, {"TinyAttention": SdpaTinyAttention}):
+        attn = model.layers[0].self_attn
+        assert attn.training and attn.q_proj.weight.dtype == torch.float64
+        assert model(input_ids).last_hidden_state.dtype == torch.float64
+
+
+def test_patch_model_fails_changing_nothing_on_unconvertible_modules(tiny):
+    with pytest.raises(PatchError) as info:
+        patch_model(tiny, {"TinyMLP": StatefulAttention, "TinyAttention": SdpaTinyAttention})
+    assert info.value.problems[0].startswith("layers.0.mlp (yamltrace.tiny.TinyMLP): cannot become ")
+    assert "no from_module(original) classmethod" in info.value.problems[0]
+    assert len(info.value.problems) == 4
+    with pytest.raises(PatchError, match="layers.0.self_attn .* is not a subclass of TinyAttention that adds no state"):
+        patch_model(tiny, {"TinyAttention": StatefulAttention})
+    assert attention_classes(tiny) == [TinyAttention] * 4
+    assert "_can_record_outputs" not in vars(tiny)
+
+
+def test_patch_model_fails_when_a_pattern_matches_nothing_unless_missing_ok(tiny):
+    with pytest.raises(PatchError, match="'TinyAtention' matches no submodule of TinyModel; did you mean 'TinyAttention'"):
+        patch_model(tiny, {"TinyAttention": SdpaTinyAttention, "TinyAtention": SdpaTinyAttention})
+    with pytest.raises(PatchError, match="root module itself is never replaced"):
+        patch_model(tiny, {"TinyModel": SdpaTinyAttention})
+    assert attention_classes(tiny) == [TinyAttention] * 4
+    handle = patch_model(tiny, {"TinyAttention": SdpaTinyAttention, "TinyAtention": SdpaTinyAttention}, missing_ok=True)
+    assert len(handle.replaced) == 4
+
+
+def test_patch_model_rolls_back_when_from_module_fails_midway(tiny):
+    calls = []
+
+    class Flaky(SdpaTinyAttention):
+        @classmethod
+        def from_module(cls, original):
+            calls.append(original)
+            if len(calls) == 3:
+                raise RuntimeError("out of memory")
+            return super().from_module(original)
+
+    originals = [layer.self_attn for layer in tiny.layers]
+    with pytest.raises(PatchError, match=r"^layers.2.self_attn: .*<locals>.Flaky.from_module failed: out of memory$"):
+        patch_model(tiny, {"TinyAttention": Flaky})
+    assert [layer.self_attn for layer in tiny.layers] == originals
+    assert "_can_record_outputs" not in vars(tiny)
+
+
+def test_patch_model_selects_spec_entries_by_the_model_device(tiny):
+    spec = FakeSpec((Entry("TinyAttention", SdpaTinyAttention, "cuda"), Entry("TinyMLP", type("M", (TinyMLP,), {}), "cpu")))
+    handle = patch_model(tiny, spec)
+    assert {r.path.rsplit(".", 1)[1] for r in handle.replaced} == {"mlp"}
+    handle.remove()
+    handle = patch_model(tiny, spec, device="cuda")  # as if the model were on a GPU
+    assert {r.path.rsplit(".", 1)[1] for r in handle.replaced} == {"self_attn"}
+    handle.remove()
+
+
+def test_patch_model_replaces_a_shared_module_everywhere_it_is_held():
+    torch.manual_seed(0)
+    model = TinyModel(TinyConfig(num_hidden_layers=2))
+    model.layers[1].self_attn = model.layers[0].self_attn
+    handle = patch_model(model, {"TinyAttention": SdpaTinyAttention})
+    assert [r.path for r in handle.replaced] == ["layers.0.self_attn", "layers.1.self_attn"]
+    assert model.layers[0].self_attn is model.layers[1].self_attn
+    assert type(model.layers[1].self_attn) is SdpaTinyAttention
