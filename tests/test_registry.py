@@ -208,3 +208,16 @@ def test_registry_without_group_has_no_plugins(plugins: None) -> None:
 def test_a_function_in_an_allowed_module_is_not_a_class() -> None:
     with pytest.raises(SpecError, match=r"'torch:zeros' is the function [\w.]*zeros, not a class"):
         ClassRegistry(entry_point_group=None).resolve("torch:zeros")
+
+
+def test_a_cached_class_whose_module_was_forgotten_is_imported_again(plugins: None) -> None:
+    from ytplugins import flags
+
+    registry = ClassRegistry(entry_point_group=None)
+    first = registry.resolve("ytplugins.side_effect:SideEffectLayer", policy=TRUSTED)
+    del sys.modules["ytplugins.side_effect"]
+    with pytest.raises(SpecError, match="'ytplugins.side_effect' is not imported yet"):
+        registry.resolve("ytplugins.side_effect:SideEffectLayer")
+    second = registry.resolve("ytplugins.side_effect:SideEffectLayer", policy=TRUSTED)
+    assert second is not first and second.__qualname__ == first.__qualname__
+    assert flags.IMPORTED == ["ytplugins.side_effect", "ytplugins.side_effect"]

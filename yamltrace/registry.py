@@ -87,7 +87,7 @@ class ClassRegistry:
 
     Resolution order for a name: registered names (and plugins); `module:Qualname` and `module.Class`
     paths; bare names searched in the given `imports` in order, then in the model's own module.
-    Successful resolutions are cached until the registry changes.
+    Successful resolutions are cached until the registry changes (or the class's module leaves `sys.modules`).
     """
 
     def __init__(self, entry_point_group: str | None = ENTRY_POINT_GROUP) -> None:
@@ -192,7 +192,7 @@ class ClassRegistry:
         """
         key = (name, tuple(imports), policy, model_module)
         cls = self._cache.get(key)
-        if cls is None:
+        if cls is None or cls.__module__ not in sys.modules:  # a forgotten module is resolved (and consented) again
             cls = self._resolve(name, key[1], policy, model_module)
             self._cache[key] = cls
         if subclass_of is not None and not issubclass(cls, subclass_of):

@@ -1,0 +1,290 @@
+"""`Spec`: a validated, resolved, immutable capture spec; `load_spec`, `Spec.to_yaml`, `spec_from_model`.
+
+`load_spec` is all or nothing: the document is schema-checked, every class it names is resolved through
+the import registry (safe by default, see `yamltrace.registry`), and every problem is gathered into one
+`SpecError` with located issues before anything is returned.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+from torch import nn
+
+from .errors import SpecError, SpecIssue
+from .recorder import CaptureMap, OutputRecorder, default_index, normalize_output_map
+from .registry import ClassRegistry, ImportPolicy, default_registry, import_module
+from .schema import SCHEMA_ID, validate_spec
+from .source import DEFAULT_MAX_BYTES, SpecDocument
+from .tracing import _forward_tie_last
+
+__all__ = ["PatchEntry", "Spec", "load_spec", "spec_from_model"]
+
+_DEFAULT_LAYERS_KEY = OutputRecorder.__dataclass_fields__["num_hidden_layers_key"].default
+
+
+@dataclass(frozen=True)
+class PatchEntry:
+    """One entry of a spec's patch mapping: modules whose class matches `pattern` become `replacement`.
+
+    `pattern` is an exact class name or a regex (`re.search`), as written; `replace_with` is the
+    replacement as written (kept for `to_yaml`); `device` limits the patch to one device type.
+    """
+
+    pattern: str
+    replacement: type
+    replace_with: str
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A resolved capture spec: output recorders per key, patch entries, options. Immutable.
+
+    `outputs` accepts anything a `_can_record_outputs` map accepts and stores read-only tuples of
+    `OutputRecorder`; `source` (the file it came from) does not take part in equality.
+    """
+
+    outputs: Mapping[str, tuple[OutputRecorder, ...]]
+    patches: tuple[PatchEntry, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    source: str | None = field(default=None, compare=False)
+    model: str | None = None
+    imports: tuple[str, ...] = ()
+    config_defaults: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        grouped: dict[str, tuple[OutputRecorder, ...]] = {key: () for key in self.outputs}
+        for key, recorder in normalize_output_map(self.outputs):
+            grouped[key] += (recorder,)
+        object.__setattr__(self, "outputs", MappingProxyType(grouped))
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        for name in ("patches", "imports", "config_defaults"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def capture_map(self) -> dict[str, list[OutputRecorder]]:
+        """The outputs as a fresh `_can_record_outputs`-style dict."""
+        return {key: list(recorders) for key, recorders in self.outputs.items()}
+
+    def to_yaml(self, *, registry: ClassRegistry | None = None) -> str:
+        """The spec as YAML that `load_spec` reads back to an equal Spec; classes are written `module:Qualname`.
+
+        A class defined inside a function is written by its registered name; `ValueError` if it has none.
+        """
+        registry = registry or default_registry
+        document: dict[str, Any] = {"yamltrace": 1}
+        if self.model is not None:
+            document["model"] = self.model
+        if self.imports:
+            document["imports"] = list(self.imports)
+        outputs = {}
+        for key, recorders in self.outputs.items():
+            written = [_recorder_to_data(key, r, registry) for r in recorders]
+            outputs[key] = written[0] if len(written) == 1 else written
+        document["outputs"] = outputs
+        if self.options:
+            document["options"] = dict(self.options)
+        if self.config_defaults:
+            document["config_defaults"] = list(self.config_defaults)
+        if self.patches:
+            document["patches"] = {
+                p.pattern: {"replace_with": p.replace_with, "device": p.device} if p.device else p.replace_with
+                for p in self.patches
+            }
+        body = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=120)
+        return f"# yaml-language-server: $schema={SCHEMA_ID}\n{body}"
+
+
+def _class_ref(cls: type, registry: ClassRegistry) -> str:
+    """How a class is written in YAML: `module:Qualname`, or its registered name for a local class."""
+    if "<locals>" not in cls.__qualname__:
+        return f"{cls.__module__}:{cls.__qualname__}"
+    name = registry.name_of(cls)
+    if name is None:
+        raise ValueError(
+            f"Class {cls.__qualname__} is defined inside a function, so no spec can import it: register it "
+            "with register_class() first, or move it to module level."
+        )
+    return name
+
+
+def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistry) -> str | dict[str, Any]:
+    """A recorder as YAML data: a bare class reference when every field has its default, else an object."""
+    if recorder.target_class is not None and recorder.class_name is not None:
+        raise ValueError(
+            f"Output {key!r}: a recorder with both target_class and class_name cannot be written to YAML; "
+            "split it into two recorders."
+        )
+    target = None if recorder.target_class is None else _class_ref(recorder.target_class, registry)
+    if target is not None and recorder == OutputRecorder(target_class=recorder.target_class, index=default_index(key)):
+        return target
+    data: dict[str, Any] = {"target": target} if target is not None else {"class_name": recorder.class_name}
+    data["index"] = recorder.index
+    if recorder.layer_name is not None:
+        data["layer_name"] = recorder.layer_name
+    if not recorder.capture_initial_hidden_state:
+        data["capture_initial_hidden_state"] = False
+    if recorder.num_hidden_layers_key != _DEFAULT_LAYERS_KEY:
+        data["num_hidden_layers_key"] = recorder.num_hidden_layers_key
+    if recorder.layers is not None:
+        data["layers"] = list(recorder.layers)
+    return data
+
+
+class _Resolver:
+    """Turns one validated document into a Spec, collecting every problem as a located issue."""
+
+    def __init__(self, document: SpecDocument, registry: ClassRegistry, policy: ImportPolicy, for_model: Any) -> None:
+        self.document = document
+        self.registry = registry
+        self.policy = policy
+        self.model_cls = None if for_model is None else (for_model if isinstance(for_model, type) else type(for_model))
+        self.issues: list[SpecIssue] = []
+        self.imports: tuple[str, ...] = ()
+
+    def fail(self, path: tuple[str | int, ...], message: str, *, at_key: bool = False) -> None:
+        self.issues.append(self.document.issue(path, message, at_key=at_key))
+
+    def resolve(self, reference: str, path: tuple[str | int, ...]) -> type | None:
+        """The nn.Module subclass `reference` names, or None after recording why not."""
+        try:
+            return self.registry.resolve(
+                reference,
+                imports=self.imports,
+                policy=self.policy,
+                model_module=None if self.model_cls is None else self.model_cls.__module__,
+                subclass_of=nn.Module,
+            )
+        except SpecError as e:
+            for issue in e.issues:
+                self.fail(path, issue.message)
+            return None
+
+    def spec(self) -> Spec:
+        data = self.document.data
+        self.check_model(data.get("model"))
+        self.import_modules(data.get("imports", []))
+        outputs = {key: self.recorders(key, value) for key, value in data.get("outputs", {}).items()}
+        patches = [self.patch(pattern, value) for pattern, value in data.get("patches", {}).items()]
+        if self.issues:
+            raise SpecError(self.issues)
+        return Spec(
+            outputs=outputs,
+            patches=tuple(p for p in patches if p is not None),
+            options=dict(data.get("options", {})),
+            source=self.document.file,
+            model=data.get("model"),
+            imports=tuple(data.get("imports", [])),
+            config_defaults=tuple(data.get("config_defaults", [])),
+        )
+
+    def check_model(self, model: str | None) -> None:
+        if model is None or self.model_cls is None:
+            return
+        name = re.split(r"[:.]", model)[-1]
+        if name not in {c.__name__ for c in self.model_cls.__mro__}:
+            self.fail(("model",), f"this spec is for {model!r}, but it is applied to {self.model_cls.__name__}.")
+
+    def import_modules(self, modules: list[str]) -> None:
+        """Import the spec's `imports` (with consent); bare names are then searched in those that loaded."""
+        loaded = []
+        for i, module in enumerate(modules):
+            try:
+                import_module(module, self.policy)
+                loaded.append(module)
+            except SpecError as e:
+                self.fail(("imports", i), e.issues[0].message)
+        self.imports = tuple(loaded)
+
+    def recorders(self, key: str, value: Any) -> tuple[OutputRecorder, ...]:
+        if isinstance(value, list):
+            found = (self.recorder(key, v, ("outputs", key, i)) for i, v in enumerate(value))
+        else:
+            found = iter([self.recorder(key, value, ("outputs", key))])
+        return tuple(r for r in found if r is not None)
+
+    def recorder(self, key: str, value: str | dict[str, Any], path: tuple[str | int, ...]) -> OutputRecorder | None:
+        if isinstance(value, str):
+            target = self.resolve(value, path)
+            return None if target is None else OutputRecorder(target_class=target, index=default_index(key))
+        target = None
+        if "target" in value:
+            target = self.resolve(value["target"], (*path, "target"))
+            if target is None:
+                return None
+        layers = value.get("layers")
+        try:
+            return OutputRecorder(
+                target_class=target,
+                index=value.get("index", default_index(key)),
+                layer_name=value.get("layer_name"),
+                class_name=value.get("class_name"),
+                capture_initial_hidden_state=value.get("capture_initial_hidden_state", True),
+                num_hidden_layers_key=value.get("num_hidden_layers_key", _DEFAULT_LAYERS_KEY),
+                layers=None if layers is None else tuple(layers),
+            )
+        except (TypeError, ValueError) as e:
+            self.fail(path, str(e))
+            return None
+
+    def patch(self, pattern: str, value: str | dict[str, Any]) -> PatchEntry | None:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            self.fail(("patches", pattern), f"{pattern!r} is not a valid regular expression: {e}.", at_key=True)
+        replace_with = value if isinstance(value, str) else value["replace_with"]
+        path = ("patches", pattern) if isinstance(value, str) else ("patches", pattern, "replace_with")
+        replacement = self.resolve(replace_with, path)
+        if replacement is None:
+            return None
+        device = None if isinstance(value, str) else value.get("device")
+        return PatchEntry(pattern, replacement, replace_with, device)
+
+
+def load_spec(
+    source: str | os.PathLike[str] | bytes | Mapping[str, Any] | Spec,
+    *,
+    trust_imports: bool = False,
+    for_model: Any = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    registry: ClassRegistry | None = None,
+) -> Spec:
+    """Read, validate and resolve a spec; raises one `SpecError` listing every problem, located.
+
+    Args:
+        source: a path, YAML text or bytes, a mapping, or a `Spec` (returned as is).
+        trust_imports: allow importing any module the spec names. Without it, only modules already
+            imported, under torch or yamltrace, or under `for_model`'s top-level package are imported.
+        for_model: the model class or instance the spec will be applied to; its package becomes an
+            allowed import root, its module is searched for bare class names, and a `model:` key in the
+            spec must name its class (or a base class).
+        max_bytes: the largest spec file accepted.
+        registry: the class registry to resolve names with (default: the default registry).
+    """
+    if isinstance(source, Spec):
+        return source
+    document = validate_spec(source, max_bytes=max_bytes)
+    policy = ImportPolicy.for_model(for_model, trust=trust_imports)
+    return _Resolver(document, registry or default_registry, policy, for_model).spec()
+
+
+def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
+    """Export a model's `_can_record_outputs` (yamltrace's or transformers') as a Spec.
+
+    The capture decorator's `tie_last_hidden_states=False` on the model's `forward` becomes the option
+    `tie_last_hidden_states: false`.
+    """
+    model_cls = cls_or_model if isinstance(cls_or_model, type) else type(cls_or_model)
+    output_map: CaptureMap | None = getattr(cls_or_model, "_can_record_outputs", None)
+    if not isinstance(output_map, Mapping) or not output_map:
+        raise ValueError(f"{model_cls.__name__} declares no _can_record_outputs, so there is no spec to export.")
+    # _forward_tie_last reads the forward of an instance's class; a stand-in type carries the class's forward.
+    forward_holder = type(model_cls.__name__, (), {"forward": getattr(model_cls, "forward", None)})()
+    options = {"tie_last_hidden_states": False} if _forward_tie_last(forward_holder) is False else {}
+    return Spec(outputs=output_map, options=options, model=model_cls.__name__)
