@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import torch
 from torch import nn
 
 from .config import Config
@@ -41,6 +44,32 @@ class PreTrainedModel(nn.Module):
     def post_init(self) -> None:
         """Check the class's capture map once the model is built, so a bad map fails at construction."""
         normalize_output_map(self._can_record_outputs)
+
+    def save_pretrained(self, directory: str | os.PathLike[str], *, spec: Any = None) -> Path:
+        """Write `config.json`, the weights and `yamltrace.yaml` (`spec`, else the attached one, else the class map)."""
+        from .pretrained import save_yamltrace_model
+
+        return save_yamltrace_model(self, directory, spec=spec)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        spec: Any = None,
+        overrides: Any = None,
+        trust_imports: bool = False,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> PreTrainedModel:
+        """Load a checkpoint with its spec: `spec=` replaces the shipped `yamltrace.yaml`, `overrides=`
+        overlays it key by key. The spec is resolved before any weight is read; its patches apply while
+        the model is built; the loaded model captures what the spec declares (`model.yamltrace_spec`)."""
+        from .pretrained import load_yamltrace_model
+
+        return load_yamltrace_model(
+            cls, directory, spec=spec, overrides=overrides, trust_imports=trust_imports, device=device, dtype=dtype
+        )
 
 
 def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = DEFAULT_CONFIG_ARGUMENTS) -> Any:
