@@ -273,7 +273,7 @@ def _parse(text: str, file: str | None, chain: tuple[str, ...]) -> _Part:
         raise SpecError([_noted(SpecIssue(message, "$", file, line, column), chain)]) from None
     except yaml.YAMLError as e:
         raise SpecError([_noted(SpecIssue(f"invalid YAML: {e}", "$", file), chain)]) from None
-    if root is None:
+    if root is None or isinstance(root, ScalarNode) and root.tag == _NULL and root.value == "":
         part.issues.append(_noted(SpecIssue("the spec is empty; it needs at least 'yamltrace: 1'", "$", file), chain))
     elif not isinstance(root, MappingNode):
         part.fail(root.start_mark, (), f"the top level of a spec must be a mapping (yamltrace: 1, outputs: ...), not {_kind(root)}")
@@ -295,19 +295,26 @@ def _read_text(text: str | bytes, max_bytes: int, file: str | None, chain: tuple
 
 def _read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...]) -> _Part:
     """Read a regular file (never a FIFO or device, which could block) of at most `max_bytes`."""
+
+    def fail(message: str) -> SpecError:
+        return SpecError([_noted(SpecIssue(message, "$", display), chain)])
+
     try:
         info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):
-            raise SpecError([_noted(SpecIssue("not a regular file; a spec must be a YAML file", "$", display), chain)])
-        if info.st_size > max_bytes:
-            raise _too_big(max_bytes, display, chain)
-        with open(path, "rb") as f:
-            raw = f.read(max_bytes + 1)
+        regular = stat.S_ISREG(info.st_mode)
+        raw = b""
+        if regular and info.st_size <= max_bytes:
+            with open(path, "rb") as f:
+                raw = f.read(max_bytes + 1)
     except FileNotFoundError:
-        raise SpecError([_noted(SpecIssue("file not found", "$", display), chain)]) from None
+        raise fail("file not found") from None
     except (OSError, ValueError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise SpecError([_noted(SpecIssue(f"cannot read the file: {reason}", "$", display), chain)]) from None
+        raise fail(f"cannot read the file: {reason}") from None
+    if not regular:
+        raise fail("not a regular file; a spec must be a YAML file")
+    if info.st_size > max_bytes or len(raw) > max_bytes:
+        raise _too_big(max_bytes, display, chain)
     return _read_text(raw, max_bytes, display, chain)
 
 
