@@ -263,3 +263,14 @@ def test_the_shipped_tiny_spec_loads_and_traces(tiny: TinyModel, input_ids: torc
         tiny(input_ids)
     assert len(captured["hidden_states"]) == len(expected.hidden_states)
     assert all(torch.equal(a, b) for a, b in zip(captured["hidden_states"], expected.hidden_states))
+
+
+@pytest.mark.parametrize("path", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_spec_resolves_and_traces_the_tiny_model(path: Path, tiny: TinyModel, input_ids: torch.Tensor) -> None:
+    spec = load_spec(path, for_model=tiny)
+    assert spec.outputs and all(r.target_class is not None or r.class_name for rs in spec.outputs.values() for r in rs)
+    assert load_spec(spec.to_yaml(), for_model=tiny) == spec
+    with yamltrace.trace(tiny, path) as captured:
+        tiny(input_ids)
+    for key in spec.outputs:
+        assert any(isinstance(value, torch.Tensor) for value in captured[key]), key

@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from yamltrace.errors import SpecError
@@ -122,3 +124,53 @@ def test_the_checks_apply_to_the_object_not_the_string(flags) -> None:
     ytplugins.objects.FakeLayer = nn.Identity()
     with pytest.raises(SpecError, match="is an instance of Identity, not a class"):
         load_spec(_spec(outputs="ytplugins.objects:FakeLayer"))
+
+
+_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True)
+_DOTTED = st.lists(_NAME, min_size=1, max_size=3).map(".".join)
+_KNOWN = st.sampled_from(
+    [
+        "os:system",
+        "os.path",
+        "subprocess:Popen",
+        "importlib:import_module",
+        "torch.nn:Linear",
+        "torch.nn.Identity",
+        "yamltrace.tiny:TinyMLP",
+        "TinyAttention",
+        "Identity",
+        SIDE_EFFECT,
+        f"{SIDE_EFFECT}:SideEffectLayer",
+        "ytplugins.objects:layer",
+    ]
+)
+_REFERENCE = _KNOWN | _DOTTED | st.tuples(_DOTTED, _DOTTED).map(":".join)
+_MODULE = st.sampled_from([SIDE_EFFECT, "ytplugins.objects", "torch.nn", "yamltrace.tiny", "os"]) | _DOTTED
+_RECORDER = _REFERENCE | st.fixed_dictionaries({"target": _REFERENCE}, optional={"index": st.integers(-3, 3)})
+_DOCUMENT = st.fixed_dictionaries(
+    {
+        "yamltrace": st.just(1),
+        "outputs": st.dictionaries(_NAME, _RECORDER | st.lists(_RECORDER, min_size=1, max_size=2), min_size=1, max_size=3),
+    },
+    optional={
+        "imports": st.lists(_MODULE, max_size=3),
+        "patches": st.dictionaries(st.text(max_size=6), _REFERENCE, max_size=2),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(document=_DOCUMENT)
+def test_no_spec_imports_without_consent(flags, document: dict) -> None:
+    load_spec(_spec())  # warm up: anything loading a spec imports on first use is imported by now
+    before = set(sys.modules)
+    try:
+        spec = load_spec(document)
+    except SpecError:
+        pass
+    else:
+        resolved = [r.target_class for rs in spec.outputs.values() for r in rs] + [p.replacement for p in spec.patches]
+        assert all(isinstance(c, type) and issubclass(c, nn.Module) for c in resolved)
+    new = {m.partition(".")[0] for m in set(sys.modules) - before}
+    assert new <= {"torch", "yamltrace"}
+    assert flags.IMPORTED == []

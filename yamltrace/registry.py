@@ -222,7 +222,7 @@ class ClassRegistry:
         for part in qualname.split("."):
             if not hasattr(obj, part):
                 hint = _hint(part, self.list() + _class_names(module))
-                raise SpecError.single(f"module {module_name!r} has no attribute {qualname!r}.{hint}")
+                raise SpecError.single(f"module {module_name!r} has no attribute {qualname!r}{hint}")
             obj = getattr(obj, part)
         return _require_class(name, obj)
 
@@ -239,7 +239,7 @@ class ClassRegistry:
         where = ", ".join(repr(m) for m in search_order) or "no modules (add the class's module to `imports`)"
         candidates = self.list() + [n for m in searched for n in _class_names(m)]
         raise SpecError.single(
-            f"class {name!r} not found; searched the registered names and modules {where}.{_hint(name, candidates)}"
+            f"class {name!r} not found; searched the registered names and modules {where}{_hint(name, candidates)}"
         )
 
 
@@ -276,10 +276,11 @@ def _class_names(module: ModuleType) -> list[str]:
 
 
 def _hint(name: str, candidates: Iterable[str]) -> str:
+    """`"; did you mean 'A', 'B' or 'C'?"` for the names closest to `name` (difflib), else `"."`."""
     close = [repr(c) for c in difflib.get_close_matches(name, sorted(set(candidates)), n=3)]
     if not close:
-        return ""
-    return f" Did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
+        return "."
+    return f"; did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
 
 
 default_registry = ClassRegistry()
