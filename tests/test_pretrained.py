@@ -12,8 +12,9 @@ import yamltrace.tiny
 from yamltrace.errors import SpecError
 from yamltrace.kernels import SdpaTinyAttention
 from yamltrace.patch_registry import get_patch_mapping
+from yamltrace.patching import apply_patches
 from yamltrace.pretrained import SPEC_FILE, from_pretrained, save_pretrained
-from yamltrace.tiny import TinyAttention, TinyConfig, TinyModel
+from yamltrace.tiny import TinyAttention, TinyConfig, TinyMLP, TinyModel
 from yamltrace.tracing import trace
 
 SDPA = "yamltrace.kernels:SdpaTinyAttention"
@@ -160,3 +161,33 @@ def test_saving_with_an_explicit_spec_validates_it(tiny, tmp_path) -> None:
     with pytest.raises(SpecError):
         save_pretrained(tiny, tmp_path / "bad", spec="yamltrace: 1\noutputs:\n  hidden_states: {idx: 0}\n")
 
+
+
+class StandaloneMLP(torch.nn.Module):
+    """A replacement that does not subclass TinyMLP: only retargeted recorders can find it."""
+
+    def __init__(self, config: TinyConfig) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)
+
+
+def test_trace_of_a_loaded_model_follows_recorders_to_replacements(tmp_path, input_ids) -> None:
+    spec = {
+        "yamltrace": 1,
+        "outputs": {"mlp": {"target": "yamltrace.tiny:TinyMLP", "index": 0}},
+        "patches": {"TinyMLP": f"{__name__}:StandaloneMLP"},
+    }
+    with apply_patches({"TinyMLP": StandaloneMLP}, modules=TinyModel):
+        source = TinyModel(TinyConfig())
+    save_pretrained(source, tmp_path / "ckpt", spec=spec)
+    loaded = from_pretrained(TinyModel, tmp_path / "ckpt", trust_imports=True).eval()
+    assert all(type(layer.mlp) is StandaloneMLP for layer in loaded.layers)
+    with trace(loaded) as captures:
+        loaded(input_ids)
+    assert len(captures["mlp"]) == 4
+    own = loaded(input_ids, output_mlp=True)["mlp"]
+    assert len(own) == 4 and all(torch.equal(a, b) for a, b in zip(captures["mlp"], own))
+    assert loaded.yamltrace_spec.outputs["mlp"][0].target_class is TinyMLP

@@ -87,15 +87,17 @@ def _forward_tie_last(model: nn.Module) -> bool | None:
 def _resolve_spec(model: nn.Module, spec: Any) -> tuple[tuple[tuple[str, OutputRecorder], ...], dict[str, Any], bool]:
     """(tasks, options, nested_maps) for `trace`'s `spec` argument."""
     if spec is None:
-        spec = getattr(model, "yamltrace_spec", None)
-    if spec is None:
         own = own_output_map(model)
         if not isinstance(own, Mapping) or not own:
             raise ValueError(
                 f"{type(model).__name__} declares no _can_record_outputs; pass trace(model, spec) with a Spec, "
                 "a spec file or a {key: recorder} dict."
             )
-        return normalize_output_map(own), {}, True
+        attached = getattr(model, "yamltrace_spec", None)
+        if attached is None:
+            return normalize_output_map(own), {}, True
+        # from_pretrained set the attached spec's map on the instance, retargeted to patched classes.
+        return normalize_output_map(own), dict(attached.options), False
     if isinstance(spec, (str, os.PathLike)):
         from .spec import load_spec
 
