@@ -1,0 +1,106 @@
+"""Threads sharing one model each get exactly their own captures (REFERENCE §1 rule 8).
+
+Every thread requests different keys or flags on its own input; results are compared with
+`torch.equal` to the same requests run single-threaded. A barrier makes the forwards overlap, so
+hooks of several sessions sit on the same modules at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from yamltrace.tiny import TinyModel
+from yamltrace.tracing import trace
+
+THREADS = 8
+ROUNDS = 3
+
+# Per thread: capture_outputs flags, and the keys a trace asks for.
+FLAGS: list[dict[str, Any]] = [
+    {"output_hidden_states": True},
+    {"output_attentions": True},
+    {"output_hidden_states": True, "output_attentions": True},
+    {"output_hidden_states": [0, -1]},
+    {"output_hidden_states": 2},
+    {},
+    {"output_hidden_states": [1], "output_attentions": True},
+    {"output_attentions": 1, "output_hidden_states": 0},
+]
+TRACE_KEYS = [["hidden_states"], ["attentions"], None, ["attentions", "hidden_states"]] * 2
+
+Result = dict[str, tuple]
+
+
+def hook_count(model: nn.Module) -> int:
+    return sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_always_called) for m in model.modules()
+    )
+
+
+def no_sync() -> None:
+    pass
+
+
+def decorated_run(model: TinyModel, ids: torch.Tensor, i: int, sync: Callable[[], None] = no_sync) -> Result:
+    sync()
+    out = model(ids, **FLAGS[i])
+    return {key: out[key] for key in ("hidden_states", "attentions") if key in out}
+
+
+def traced_run(model: TinyModel, ids: torch.Tensor, i: int, sync: Callable[[], None] = no_sync) -> Result:
+    with trace(model, outputs=TRACE_KEYS[i]) as captures:
+        sync()  # inside the block: every thread's trace hooks are on the model before anyone runs
+        model(ids)
+        model(ids.flip(1))
+    return {key: captures[key] for key in captures} | {"steps": (len(captures.steps),)}
+
+
+def mixed_run(model: TinyModel, ids: torch.Tensor, i: int, sync: Callable[[], None] = no_sync) -> Result:
+    return (traced_run if i % 2 else decorated_run)(model, ids, i, sync)
+
+
+def assert_same(actual: Result, expected: Result) -> None:
+    assert actual.keys() == expected.keys()
+    for key, values in expected.items():
+        assert len(actual[key]) == len(values), key
+        for a, e in zip(actual[key], values):
+            assert (a is None and e is None) or (a == e if isinstance(e, int) else torch.equal(a, e)), key
+
+
+@pytest.mark.parametrize("run", [decorated_run, traced_run, mixed_run], ids=["capture_outputs", "trace", "mixed"])
+def test_each_thread_gets_exactly_its_own_captures(tiny: TinyModel, run: Callable[..., Result]) -> None:
+    generator = torch.Generator().manual_seed(5)
+    inputs = [torch.randint(0, 128, (2, 6), generator=generator) for _ in range(THREADS)]
+    with torch.no_grad():
+        expected = [run(tiny, inputs[i], i) for i in range(THREADS)]
+    assert len({len(e.get("hidden_states", ())) for e in expected}) > 1  # the requests really differ
+
+    barrier = threading.Barrier(THREADS, timeout=60)
+    results: dict[int, list[Result]] = {}
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            with torch.no_grad():
+                results[i] = [run(tiny, inputs[i], i, barrier.wait) for _ in range(ROUNDS)]
+        except BaseException as error:  # asserted on below, after every thread has stopped
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert sorted(results) == list(range(THREADS))
+    for i in range(THREADS):
+        for result in results[i]:
+            assert_same(result, expected[i])
+    assert hook_count(tiny) == 0
