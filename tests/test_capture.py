@@ -7,6 +7,7 @@ against an independent computation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -176,6 +177,11 @@ def test_class_name_matches_a_path_suffix_not_a_class_name(toy, x) -> None:
     assert_tensors_equal(toy(x, output_attentions=True).attentions, reference(toy, x)["attentions"][1:])
     toy._can_record_outputs = {"attentions": "Attn"}
     assert toy(x, output_attentions=True).attentions == ()
+
+
+def test_any_mapping_is_an_output_map(toy, x) -> None:
+    toy._can_record_outputs = MappingProxyType({"hidden_states": Layer})
+    assert len(toy(x, output_hidden_states=True).hidden_states) == len(toy.layers) + 1
 
 
 def test_none_element_is_skipped_so_missing_weights_give_an_empty_tuple(x) -> None:

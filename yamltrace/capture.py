@@ -8,7 +8,7 @@ that requested capture runs.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -84,7 +84,7 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
             config = getattr(self, "config", None)
             return_dict = kwargs.pop("return_dict", getattr(config, "return_dict", True))
             output_map = own_output_map(self)
-            output_map = output_map if isinstance(output_map, dict) else {}
+            output_map = output_map if isinstance(output_map, Mapping) else {}
             flags = requested_flags(output_map, kwargs, config)
             if not flags:
                 token = _active_collector.set(_NO_CAPTURE)
