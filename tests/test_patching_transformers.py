@@ -1,0 +1,236 @@
+"""Patching against transformers 5.23.0: its lookup and error rules, its MoE router scenario, its leak, Llama."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from transformers import LlamaConfig, LlamaModel, Qwen2MoeConfig, Qwen2MoeModel
+from transformers import monkey_patching as hf
+from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeTopKRouter
+
+from yamltrace import patch_registry as ours
+from yamltrace.kernels import SdpaLlamaAttention
+from yamltrace.patching import apply_patches, patch_model, patch_output_recorders
+from yamltrace.tracing import trace
+
+pytestmark = pytest.mark.oracle
+
+KEYS = ["LlamaAttention", ".*Attention", "^Llama\\d+Attention$", "Attention", "Foo(", "[", "MLP$", "Llama", "^Qwen", "Experts", ""]
+NAMES = ["LlamaAttention", "Llama3Attention", "Llama3AttentionX", "QwenMLP", "Qwen2MoeExperts", "Foo(", "MistralAttention", "Conv"]
+REPLACEMENTS = [type(f"R{i}", (nn.Module,), {}) for i in range(len(KEYS))]
+
+
+@pytest.fixture(autouse=True)
+def empty_registries():
+    assert ours.get_patch_mapping() == {} and hf.get_patch_mapping() == {}
+    yield
+    ours.clear_patch_mapping()
+    hf.clear_patch_mapping()
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.sampled_from(KEYS), unique=True), name=st.sampled_from(NAMES))
+def test_lookup_equals_transformers(keys, name):
+    mapping = {key: REPLACEMENTS[KEYS.index(key)] for key in keys}
+    assert ours.find_replacement(name, mapping) is hf._find_replacement_class(name, mapping)
+
+
+def outcome(call) -> type | None:
+    try:
+        call()
+    except Exception as error:  # the exception type is what is compared
+        return type(error)
+    return None
+
+
+@pytest.mark.parametrize(
+    "operations",
+    [
+        [("register", {"X": REPLACEMENTS[0]}), ("register", {"X": REPLACEMENTS[1]})],
+        [("register", {"X": REPLACEMENTS[0]}), ("overwrite", {"X": REPLACEMENTS[1]})],
+        [("register", {"X": REPLACEMENTS[0]()})],
+        [("register", {"X": int})],
+        [("register", {"X": REPLACEMENTS[0]}), ("unregister", ["Y"])],
+        [("register", {"X": REPLACEMENTS[0], ".*": REPLACEMENTS[1]}), ("unregister", ["X"]), ("clear", None)],
+    ],
+)
+def test_registry_outcomes_equal_transformers(operations):
+    for kind, argument in operations:
+        results = []
+        for module in (ours, hf):
+            call = {
+                "register": lambda: module.register_patch_mapping(argument),
+                "overwrite": lambda: module.register_patch_mapping(argument, overwrite=True),
+                "unregister": lambda: module.unregister_patch_mapping(argument),
+                "clear": module.clear_patch_mapping,
+            }[kind]
+            results.append(outcome(call))
+        assert results[0] is results[1]
+        assert ours.get_patch_mapping() == hf.get_patch_mapping()
+
+
+# ------------------------------------------------------------------------------------------ MoE router
+
+
+def moe_config() -> Qwen2MoeConfig:
+    config = Qwen2MoeConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+    )
+    config._attn_implementation = "eager"
+    return config
+
+
+class PlainRouter(nn.Module):
+    """Qwen2MoeTopKRouter's computation in a class that is not a subclass of it."""
+
+    def __init__(self, config: Qwen2MoeConfig) -> None:
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.num_experts = config.num_experts
+        self.norm_topk_prob = config.norm_topk_prob
+        self.hidden_dim = config.hidden_size
+        self.weight = nn.Parameter(torch.zeros(self.num_experts, self.hidden_dim))
+
+    forward = Qwen2MoeTopKRouter.forward
+
+
+class SubclassRouter(Qwen2MoeTopKRouter):
+    pass
+
+
+ROUTER = {"Qwen2MoeTopKRouter": PlainRouter}
+
+
+@pytest.fixture(scope="module")
+def moe_reference():
+    torch.manual_seed(0)
+    model = Qwen2MoeModel(moe_config()).eval()
+    inputs = torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(1))
+    logits = model(inputs, output_router_logits=True).router_logits
+    assert len(logits) == 2 and all(t.abs().sum() > 0 for t in logits)
+    return model, inputs, logits
+
+
+def build_moe(mapping) -> Qwen2MoeModel:
+    with apply_patches(mapping, modules=[Qwen2MoeModel]):
+        return Qwen2MoeModel(moe_config()).eval()
+
+
+def test_moe_router_swap_is_recorded_only_after_patch_output_recorders(moe_reference):
+    reference, inputs, expected = moe_reference
+    model = build_moe(ROUTER)
+    model.load_state_dict(reference.state_dict())
+    assert type(model.layers[0].mlp.gate) is PlainRouter
+
+    with trace(model, outputs="router_logits") as before:
+        model(inputs)
+    assert before["router_logits"] == ()
+
+    with patch_output_recorders(model, ROUTER):
+        with trace(model, outputs="router_logits") as captured:
+            model(inputs)
+    assert len(captured["router_logits"]) == 2
+    assert all(torch.equal(a, b) for a, b in zip(captured["router_logits"], expected))
+
+
+def test_a_true_subclass_of_the_router_is_recorded_without_retargeting(moe_reference):
+    reference, inputs, expected = moe_reference
+    model = build_moe({"Qwen2MoeTopKRouter": SubclassRouter})
+    model.load_state_dict(reference.state_dict())
+    with trace(model, outputs="router_logits") as captured:
+        model(inputs)
+    assert all(torch.equal(a, b) for a, b in zip(captured["router_logits"], expected))
+
+
+def test_no_leak_after_clear_patch_mapping(moe_reference):
+    reference, inputs, _ = moe_reference
+    class_map = Qwen2MoeModel._can_record_outputs
+    recorder = class_map["router_logits"]
+    ours.register_patch_mapping(ROUTER)
+    patched = build_moe(None)
+    patch_output_recorders(patched)
+    ours.clear_patch_mapping()
+
+    torch.manual_seed(0)
+    fresh = Qwen2MoeModel(moe_config()).eval()
+    assert type(fresh.layers[0].mlp.gate) is Qwen2MoeTopKRouter
+    with trace(fresh, outputs="router_logits") as captured:
+        fresh(inputs)
+    assert len(captured["router_logits"]) == 2
+    assert len(fresh(inputs, output_router_logits=True).router_logits) == 2
+    assert Qwen2MoeModel._can_record_outputs is class_map
+    assert class_map["router_logits"] is recorder and recorder.target_class is Qwen2MoeTopKRouter
+
+
+def test_transformers_own_patch_output_recorders_leaks(moe_reference):
+    """The contrast: transformers retargets the class attribute, so a later model records nothing."""
+    _, inputs, _ = moe_reference
+    class_map = Qwen2MoeModel._can_record_outputs
+    saved = dict(class_map)
+    saved_target = saved["router_logits"].target_class
+    try:
+        hf.register_patch_mapping(ROUTER)
+        with hf.apply_patches():
+            patched = Qwen2MoeModel(moe_config())
+        hf.patch_output_recorders(patched)
+        hf.clear_patch_mapping()
+        fresh = Qwen2MoeModel(moe_config()).eval()
+        assert type(fresh.layers[0].mlp.gate) is Qwen2MoeTopKRouter
+        assert fresh(inputs, output_router_logits=True).router_logits == ()
+    finally:
+        hf.clear_patch_mapping()
+        saved["router_logits"].target_class = saved_target
+        class_map.clear()
+        class_map.update(saved)
+
+
+# --------------------------------------------------------------------------------------------- Llama
+
+
+def test_patch_model_on_a_built_llama():
+    config = LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = LlamaModel(config).eval()
+    inputs = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(1))
+    expected = model(inputs, output_hidden_states=True)
+    originals = [layer.self_attn for layer in model.layers]
+    pointers = [p.data_ptr() for p in model.parameters()]
+
+    handle = patch_model(model, {"LlamaAttention": SdpaLlamaAttention})
+    assert [r.path for r in handle.replaced] == [f"layers.{i}.self_attn" for i in range(3)]
+    assert all(type(layer.self_attn) is SdpaLlamaAttention for layer in model.layers)
+    assert [p.data_ptr() for p in model.parameters()] == pointers
+    assert model.layers[1].self_attn.o_proj.weight is originals[1].o_proj.weight
+    assert model.layers[2].self_attn.layer_idx == 2
+
+    got = model(inputs).last_hidden_state
+    torch.testing.assert_close(got, expected.last_hidden_state, atol=1e-5, rtol=0)
+    with trace(model) as captured:
+        model(inputs)
+    assert captured["attentions"] == ()
+    assert len(captured["hidden_states"]) == 4
+    for a, b in zip(captured["hidden_states"], expected.hidden_states):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+    handle.remove()
+    handle.remove()
+    assert [layer.self_attn for layer in model.layers] == originals
+    assert all(type(layer.self_attn).__name__ == "LlamaAttention" for layer in model.layers)
+    assert torch.equal(model(inputs).last_hidden_state, expected.last_hidden_state)
