@@ -179,7 +179,7 @@ def test_on_many_forwards() -> None:
                 "transformers, flags on each step": transformers_on,
             },
             calls=1,
-            rounds=21,
+            rounds=31,
             per_call=STEPS,
         )
     print(timing.table(f"on, {STEPS} forwards — LlamaModel 8 layers (per forward)"))

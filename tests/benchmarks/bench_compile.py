@@ -1,0 +1,122 @@
+"""Capture under `torch.compile`: what works today, and what does not (strict xfails that say why).
+
+Dynamo behaviour is what matters here, so the models are compiled with `backend="eager"` (no C++
+toolchain, seconds instead of minutes); inductor sees the same graphs and graph breaks.
+
+Findings (torch 2.13, transformers 5.23):
+- `trace(model)` around a compiled model whose first compiled call happens inside the block returns
+  the same tensors as eager (hooks run at graph breaks: the hook's `ContextVar.get` breaks the graph).
+- A model compiled and called once *before* the block captures nothing inside it, silently:
+  `torch._dynamo.config.skip_nnmodule_hook_guards` is True by default, so the compiled code does not
+  guard on hooks added later and never calls them.
+- `fullgraph=True` fails: in `trace`, on `_active_traces.get()` (tracing.py `_is_active`, called by
+  the root pre-hook `step_started`); in the decorator, already at `register_forward_hook` (dynamo
+  cannot `setattr` on `RemovableHandle.next_id`), and after that at `_active_collector.set`.
+- transformers, first call compiled with `fullgraph=True` and capture requested: "Dynamo does not
+  know how to enter a `lock` context manager" (`_hook_installation_lock` in
+  `maybe_install_capturing_hooks`); once its hooks were installed eagerly it compiles, because its
+  `CompileableContextVar` turns into a plain global while dynamo traces.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from harness import input_ids, llama_config, llama_variants
+
+FLAGS = {"output_hidden_states": True, "output_attentions": True}
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture
+def models():
+    torch._dynamo.reset()
+    yield llama_variants(2)
+    torch._dynamo.reset()
+
+
+def _eager_captures(model):
+    import yamltrace
+
+    with torch.inference_mode(), yamltrace.trace(model) as captures:
+        model(input_ids=input_ids())
+    return captures
+
+
+def _assert_same(captures, reference) -> None:
+    assert {k: len(captures[k]) for k in captures} == {k: len(reference[k]) for k in reference}
+    for key in reference:
+        for got, expected in zip(captures[key], reference[key]):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_trace_compiled_inside_block_matches_eager(models) -> None:
+    import yamltrace
+
+    model = models["plain"]
+    reference = _eager_captures(model)
+    compiled = torch.compile(model, backend="eager")
+    with torch.inference_mode(), yamltrace.trace(model) as captures:
+        compiled(input_ids=input_ids())
+    _assert_same(captures, reference)
+
+
+@pytest.mark.xfail(strict=True, reason="skip_nnmodule_hook_guards: code compiled before the block never calls its hooks")
+def test_trace_compiled_before_block_matches_eager(models) -> None:
+    import yamltrace
+
+    model = models["plain"]
+    reference = _eager_captures(model)
+    compiled = torch.compile(model, backend="eager")
+    with torch.inference_mode():
+        compiled(input_ids=input_ids())
+        with yamltrace.trace(model) as captures:
+            compiled(input_ids=input_ids())
+    _assert_same(captures, reference)  # today: 0 hidden states, 0 attentions, no error
+
+
+@pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported,
+                   reason="ContextVar.get in the hooks (tracing._is_active) cannot be traced by dynamo")
+def test_trace_fullgraph(models) -> None:
+    import yamltrace
+
+    model = models["plain"]
+    reference = _eager_captures(model)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with torch.inference_mode(), yamltrace.trace(model) as captures:
+        compiled(input_ids=input_ids())
+    _assert_same(captures, reference)
+
+
+def test_decorator_compiled_matches_eager(models) -> None:
+    model = models["yamltrace"]
+    with torch.inference_mode():
+        expected = model(input_ids=input_ids(), **FLAGS)
+        got = torch.compile(model, backend="eager")(input_ids=input_ids(), **FLAGS)
+    for key in FLAGS:
+        key = key.removeprefix("output_")
+        assert len(got[key]) == len(expected[key])
+        for a, b in zip(got[key], expected[key]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported,
+                   reason="the decorator installs hooks inside the traced forward (RemovableHandle.next_id setattr)")
+def test_decorator_fullgraph(models) -> None:
+    model = models["yamltrace"]
+    with torch.inference_mode():
+        torch.compile(model, backend="eager", fullgraph=True)(input_ids=input_ids(), **FLAGS)
+
+
+def test_transformers_fullgraph_fails_on_its_lock() -> None:
+    """The reference: transformers' first compiled call that requests capture enters a threading lock."""
+    from transformers import LlamaModel
+
+    torch._dynamo.reset()
+    model = LlamaModel(llama_config(2)).eval()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="enter a `lock` context manager"):
+        with torch.inference_mode():
+            compiled(input_ids=input_ids(), output_hidden_states=True)
+    torch._dynamo.reset()
