@@ -149,6 +149,7 @@ class _Resolver:
         self.imports: tuple[str, ...] = ()
 
     def fail(self, path: tuple[str | int, ...], message: str, *, at_key: bool = False) -> None:
+        """Record a problem located at the YAML node of `path` (its key with `at_key`)."""
         self.issues.append(self.document.issue(path, message, at_key=at_key))
 
     def resolve(self, reference: str, path: tuple[str | int, ...]) -> type | None:
@@ -167,6 +168,7 @@ class _Resolver:
             return None
 
     def spec(self) -> Spec:
+        """The resolved Spec, or one SpecError listing every problem."""
         data = self.document.data
         self.check_model(data.get("model"))
         self.import_modules(data.get("imports", []))
@@ -185,6 +187,7 @@ class _Resolver:
         )
 
     def check_model(self, model: str | None) -> None:
+        """The `model:` key must name the class of `for_model` or one of its bases (compared by class name)."""
         if model is None or self.model_cls is None:
             return
         name = re.split(r"[:.]", model)[-1]
@@ -203,13 +206,16 @@ class _Resolver:
         self.imports = tuple(loaded)
 
     def recorders(self, key: str, value: Any) -> tuple[OutputRecorder, ...]:
+        """The recorders of one output key (one recorder or a list of them)."""
         if isinstance(value, list):
-            found = (self.recorder(key, v, ("outputs", key, i)) for i, v in enumerate(value))
+            located = [(("outputs", key, i), v) for i, v in enumerate(value)]
         else:
-            found = iter([self.recorder(key, value, ("outputs", key))])
+            located = [(("outputs", key), value)]
+        found = [self.recorder(key, v, path) for path, v in located]
         return tuple(r for r in found if r is not None)
 
     def recorder(self, key: str, value: str | dict[str, Any], path: tuple[str | int, ...]) -> OutputRecorder | None:
+        """A class reference (default index for `key`) or a recorder mapping, as an OutputRecorder."""
         if isinstance(value, str):
             target = self.resolve(value, path)
             return None if target is None else OutputRecorder(target_class=target, index=default_index(key))
@@ -234,6 +240,7 @@ class _Resolver:
             return None
 
     def patch(self, pattern: str, value: str | dict[str, Any]) -> PatchEntry | None:
+        """One patch entry: the pattern must compile, the replacement must be an nn.Module subclass."""
         try:
             re.compile(pattern)
         except re.error as e:
