@@ -448,3 +448,34 @@ def test_patch_model_replaces_a_shared_module_everywhere_it_is_held():
     assert [r.path for r in handle.replaced] == ["layers.0.self_attn", "layers.1.self_attn"]
     assert model.layers[0].self_attn is model.layers[1].self_attn
     assert type(model.layers[1].self_attn) is SdpaTinyAttention
+
+
+# ------------------------------------------------------------------------------------------- real specs
+
+SPEC = """
+yamltrace: 1
+outputs:
+  hidden_states: TinyDecoderLayer
+patches:
+  TinyAttention: yamltrace.kernels.SdpaTinyAttention
+"""
+
+
+def test_a_loaded_spec_drives_patch_model_and_apply_patches(tiny, input_ids):
+    from yamltrace.spec import load_spec
+
+    spec = load_spec(SPEC, for_model=TinyModel)
+    expected = tiny(input_ids).last_hidden_state
+    with patch_model(tiny, spec) as handle:
+        assert {r.replacement for r in handle.replaced} == {SdpaTinyAttention}
+        torch.testing.assert_close(tiny(input_ids).last_hidden_state, expected, atol=1e-5, rtol=0)
+    assert attention_classes(build(mapping=spec)) == [SdpaTinyAttention] * 4
+
+
+def test_a_spec_entry_for_another_device_is_not_applied(tiny):
+    from yamltrace.spec import load_spec
+
+    on_cuda = SPEC.replace("yamltrace.kernels.SdpaTinyAttention", "{replace_with: yamltrace.kernels.SdpaTinyAttention, device: cuda}")
+    spec = load_spec(on_cuda, for_model=TinyModel)
+    assert patch_model(tiny, spec).replaced == ()
+    assert [r.path for r in patch_model(tiny, spec, device="cuda").replaced][:1] == ["layers.0.self_attn"]
