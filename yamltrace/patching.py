@@ -118,8 +118,9 @@ def _target_modules(modules: Any) -> list[ModuleType]:
             found[item] = module
         elif isinstance(item, type) and issubclass(item, nn.Module):
             for cls in item.__mro__:
-                if issubclass(cls, nn.Module) and cls.__module__.partition(".")[0] != "torch":
-                    found.setdefault(cls.__module__, sys.modules[cls.__module__])
+                module = sys.modules.get(cls.__module__)
+                if module is not None and issubclass(cls, nn.Module) and cls.__module__.partition(".")[0] != "torch":
+                    found.setdefault(cls.__module__, module)
         else:
             raise TypeError(
                 f"apply_patches(modules=...) takes modules, imported module names or nn.Module classes, got {item!r}."
