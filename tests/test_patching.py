@@ -118,9 +118,11 @@ def test_apply_patches_reads_the_registry_by_default():
 
 
 def test_apply_patches_restores_after_an_exception():
+    other_mlp = type("OtherMLP", (TinyMLP,), {})
     with pytest.raises(RuntimeError, match="construction failed"):
-        with apply_patches({"TinyAttention": SdpaTinyAttention, "TinyMLP": TinyMLP.__mro__[0]}, modules=[TinyModel]):
+        with apply_patches({"TinyAttention": SdpaTinyAttention, "TinyMLP": other_mlp}, modules=[TinyModel]):
             assert yamltrace.tiny.TinyAttention is SdpaTinyAttention
+            assert yamltrace.tiny.TinyMLP is other_mlp
             raise RuntimeError("construction failed")
     assert yamltrace.tiny.TinyAttention is TinyAttention
     assert yamltrace.tiny.TinyMLP is TinyMLP
@@ -168,7 +170,7 @@ def test_constructor_signatures_are_checked_before_anything_is_patched():
 
     with pytest.raises(PatchError) as info:
         with apply_patches(
-            {"TinyMLP": SdpaTinyAttention.__mro__[1], "TinyAttention": NeedsMore, "TinyDecoderLayer": RenamedArgument},
+            {"TinyMLP": type("OtherMLP", (TinyMLP,), {}), "TinyAttention": NeedsMore, "TinyDecoderLayer": RenamedArgument},
             modules=[TinyModel],
         ):
             pytest.fail("the block must not run")

@@ -25,7 +25,7 @@ from torch import nn
 
 from .hooks import own_output_map
 from .patch_registry import MappingLike, find_key, find_replacement, resolve_mapping
-from .recorder import OutputRecorder, normalize_output_map
+from .recorder import normalize_output_map
 
 __all__ = [
     "PatchError",
@@ -34,6 +34,7 @@ __all__ = [
     "apply_patches",
     "patch_output_recorders",
     "patch_model",
+    "retarget_output_map",
     "model_device",
 ]
 
