@@ -234,3 +234,15 @@ def test_patch_model_on_a_built_llama():
     assert [layer.self_attn for layer in model.layers] == originals
     assert all(type(layer.self_attn).__name__ == "LlamaAttention" for layer in model.layers)
     assert torch.equal(model(inputs).last_hidden_state, expected.last_hidden_state)
+
+
+def test_a_broad_pattern_swaps_only_module_classes_of_the_model_modules():
+    import transformers.modeling_utils
+    import transformers.models.mistral.modeling_mistral as mistral
+
+    interface = transformers.modeling_utils.AttentionInterface
+    with apply_patches({".*Attention": SdpaLlamaAttention}, modules=[LlamaModel]) as replaced:
+        assert [r.path for r in replaced] == ["transformers.models.llama.modeling_llama.LlamaAttention"]
+        assert transformers.modeling_utils.AttentionInterface is interface
+        assert mistral.MistralAttention.__name__ == "MistralAttention"
+    assert transformers.models.llama.modeling_llama.LlamaAttention.__name__ == "LlamaAttention"
