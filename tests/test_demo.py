@@ -1,4 +1,4 @@
-"""The README's first command: the demo runs, prints the table and exits 0."""
+"""The README's first command: the demo runs, prints its tables and exits 0."""
 
 from __future__ import annotations
 
@@ -6,10 +6,19 @@ import subprocess
 import sys
 
 
-def test_demo_prints_capture_table_and_exits_zero() -> None:
+def _rows(stdout: str) -> list[list[str]]:
+    return [line.split() for line in stdout.splitlines() if line.strip()]
+
+
+def test_demo_traces_loads_a_checkpoint_swaps_a_kernel_and_exits_zero() -> None:
     result = subprocess.run([sys.executable, "-m", "yamltrace.demo"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert any(line.split()[:3] == ["hidden_states", "5", "2x8x32"] for line in lines if line.strip())
-    assert any(line.split()[:3] == ["attentions", "4", "2x4x8x8"] for line in lines if line.strip())
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = _rows(result.stdout)
+    # 1. the model's own map; 2. the checkpoint's spec adds mlp_outputs for two layers; 3. the swapped kernel.
+    assert rows.count(["hidden_states", "5", "5", "2x8x32"]) == 3
+    assert rows.count(["attentions", "4", "4", "2x4x8x8"]) == 2
+    assert rows.count(["mlp_outputs", "4", "2", "2x8x32"]) == 2
+    assert ["attentions", "0", "0", "-"] in rows
     assert "equal to model(..., output_hidden_states=True, output_attentions=True): True" in result.stdout
+    assert "attention class: SdpaTinyAttention" in result.stdout
+    assert "outputs agree within 1e-5: True" in result.stdout
