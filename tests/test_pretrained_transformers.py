@@ -9,6 +9,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoModel, LlamaConfig, LlamaModel  # noqa: E402
+from transformers import monkey_patching as hf_patching  # noqa: E402
 from transformers.models.llama import modeling_llama  # noqa: E402
 
 import yamltrace  # noqa: E402
@@ -70,9 +71,9 @@ def test_round_trip_trace_equals_the_models_own_outputs(llama_dir: Path, input_i
 
 def test_spec_that_swaps_attention_matches_the_plain_load(llama_dir: Path, tmp_path: Path, input_ids) -> None:
     plain = LlamaModel.from_pretrained(llama_dir, attn_implementation="eager").eval()
-    before = (modeling_llama.LlamaAttention, get_patch_mapping(), transformers.monkey_patching.get_patch_mapping())
+    before = (modeling_llama.LlamaAttention, get_patch_mapping(), hf_patching.get_patch_mapping())
     swapped = from_pretrained(LlamaModel, llama_dir, spec=SWAP_SPEC, attn_implementation="eager").eval()
-    after = (modeling_llama.LlamaAttention, get_patch_mapping(), transformers.monkey_patching.get_patch_mapping())
+    after = (modeling_llama.LlamaAttention, get_patch_mapping(), hf_patching.get_patch_mapping())
     assert before == after
     assert all(type(layer.self_attn) is SdpaLlamaAttention for layer in swapped.layers)
     assert all(type(layer.self_attn) is modeling_llama.LlamaAttention for layer in plain.layers)
