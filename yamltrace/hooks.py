@@ -19,6 +19,8 @@ from .recorder import CaptureMap, OutputRecorder, normalize_output_map
 __all__ = ["Collector", "HookPlan", "plan_hooks", "install_hooks", "own_output_map", "resolve_positions"]
 
 _MISSING = object()
+_ATTRIBUTE = "_can_record_outputs"
+_MODULE_GETATTR = nn.Module.__getattr__
 
 # A plan entry: (key, tuple index, prepend the first input as the initial hidden state).
 Entry = tuple[str, int, bool]
@@ -31,13 +33,22 @@ def own_output_map(module: nn.Module) -> Any:
 
     A module that declares one — even `None` or `{}`, as every transformers `PreTrainedModel` does — is a
     model boundary: the subtree below it follows its own map (REFERENCE rule 6).
+
+    Reads the instance `__dict__` and the class directly: `nn.Module.__getattr__`, which raises and
+    catches `AttributeError` for every module without a map, runs only for classes that define their
+    own `__getattr__` (wrappers that forward attributes to a wrapped module).
     """
-    return getattr(module, "_can_record_outputs", _MISSING)
-
-
-def is_model_boundary(module: nn.Module) -> bool:
-    """Whether `module` declares a capture map of its own."""
-    return own_output_map(module) is not _MISSING
+    value = module.__dict__.get(_ATTRIBUTE, _MISSING)
+    if value is not _MISSING:
+        return value
+    cls = type(module)
+    value = getattr(cls, _ATTRIBUTE, _MISSING)
+    if value is _MISSING:
+        return _MISSING if cls.__getattr__ is _MODULE_GETATTR else getattr(module, _ATTRIBUTE, _MISSING)
+    if hasattr(type(value), "__get__"):
+        # A property or other descriptor: evaluate it on the instance.
+        return getattr(module, _ATTRIBUTE, _MISSING)
+    return value
 
 
 def plan_hooks(
@@ -53,26 +64,41 @@ def plan_hooks(
     `keys`, when given, limits the plan to those output keys.
     """
     wanted = None if keys is None else frozenset(keys)
-    tasks = tuple((k, r) for k, r in tasks if wanted is None or k in wanted)
     plan: HookPlan = []
 
-    def visit(module: nn.Module, path: str, tasks: tuple[tuple[str, OutputRecorder], ...]) -> None:
-        for name, child in module.named_children():
-            child_tasks = tasks
-            if nested_maps and is_model_boundary(child):
-                child_map = own_output_map(child) or {}
-                child_tasks = tuple(
-                    (k, r) for k, r in normalize_output_map(child_map) if wanted is None or k in wanted
-                )
-            visit(child, f"{path}.{name}", child_tasks)
-        entries = tuple(
-            (key, rec.index, rec.capture_initial_hidden_state) for key, rec in tasks if rec.matches(module, path)
-        )
+    def visit(module: nn.Module, path: str, checks: tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]) -> None:
+        seen = set()
+        for name, child in module._modules.items():
+            # The children `named_children` yields: set, and each distinct module once.
+            if child is None or child in seen:
+                continue
+            seen.add(child)
+            child_checks = checks
+            if nested_maps:
+                child_map = own_output_map(child)
+                if child_map is not _MISSING:
+                    child_checks = _checks(normalize_output_map(child_map or {}), wanted)
+            visit(child, f"{path}.{name}", child_checks)
+        entries = []
+        for matches, entry in checks:
+            if matches(module, path):
+                entries.append(entry)
         if entries:
-            plan.append((module, path, entries))
+            plan.append((module, path, tuple(entries)))
 
-    visit(root, "", tasks)
+    visit(root, "", _checks(tasks, wanted))
     return plan
+
+
+def _checks(
+    tasks: Iterable[tuple[str, OutputRecorder]], wanted: frozenset[str] | None
+) -> tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]:
+    """For each task whose key is wanted: its recorder's `matches` and the plan entry it adds."""
+    return tuple(
+        (recorder.matches, (key, recorder.index, recorder.capture_initial_hidden_state))
+        for key, recorder in tasks
+        if wanted is None or key in wanted
+    )
 
 
 def resolve_positions(selected: Iterable[int], total: int | None, what: str) -> frozenset[int]:
