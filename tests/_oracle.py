@@ -57,12 +57,19 @@ def _pixels() -> dict[str, torch.Tensor]:
     return {"pixel_values": torch.randn(2, 3, 30, 30, generator=torch.Generator().manual_seed(3))}
 
 
-def _llama() -> nn.Module:
-    config = LlamaConfig(
+def tiny_llama_config(**overrides: Any) -> LlamaConfig:
+    """A tiny random LlamaConfig with eager attention; keyword arguments override the sizes."""
+    sizes: dict[str, Any] = dict(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, attn_implementation="eager",
+        num_key_value_heads=2,
     )
-    return LlamaModel(config)
+    config = LlamaConfig(**{**sizes, **overrides})
+    config._attn_implementation = "eager"
+    return config
+
+
+def _llama() -> nn.Module:
+    return LlamaModel(tiny_llama_config())
 
 
 def _gpt2() -> nn.Module:

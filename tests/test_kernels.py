@@ -62,19 +62,11 @@ def test_sdpa_tiny_attention_builds_from_the_same_constructor():
 
 
 def llama_config(kv_heads: int = 2):
-    from transformers import LlamaConfig
+    from _oracle import tiny_llama_config
 
-    config = LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=256,
+    return tiny_llama_config(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_key_value_heads=kv_heads, max_position_embeddings=256
     )
-    config._attn_implementation = "eager"
-    return config
 
 
 def llama(kv_heads: int = 2):

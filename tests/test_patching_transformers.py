@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
-from transformers import LlamaConfig, LlamaModel, Qwen2MoeConfig, Qwen2MoeModel
+from _oracle import tiny_llama_config
+from transformers import LlamaModel, Qwen2MoeConfig, Qwen2MoeModel
 from transformers import monkey_patching as hf
 from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeTopKRouter
 
@@ -201,11 +202,7 @@ def test_transformers_own_patch_output_recorders_leaks(moe_reference):
 
 
 def test_patch_model_on_a_built_llama():
-    config = LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-    )
-    config._attn_implementation = "eager"
+    config = tiny_llama_config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3)
     torch.manual_seed(0)
     model = LlamaModel(config).eval()
     inputs = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(1))

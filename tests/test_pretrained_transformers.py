@@ -8,7 +8,8 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from transformers import AutoModel, LlamaConfig, LlamaModel  # noqa: E402
+from _oracle import tiny_llama_config  # noqa: E402
+from transformers import AutoModel, LlamaModel  # noqa: E402
 from transformers import monkey_patching as hf_patching  # noqa: E402
 from transformers.models.llama import modeling_llama  # noqa: E402
 
@@ -36,11 +37,7 @@ patches:
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory) -> Path:
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=99, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-    )
-    config._attn_implementation = "eager"
+    config = tiny_llama_config(intermediate_size=64, max_position_embeddings=64)
     directory = tmp_path_factory.mktemp("llama")
     save_pretrained(LlamaModel(config).eval(), directory)
     return directory

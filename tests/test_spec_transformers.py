@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from _oracle import tiny_llama_config
 
 import yamltrace
 from yamltrace.recorder import normalize_output_map
@@ -44,16 +45,7 @@ def test_clip_vision_exports_tie_last_off() -> None:
 @pytest.fixture(scope="module")
 def llama() -> torch.nn.Module:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        attn_implementation="eager",
-    )
+    config = tiny_llama_config(vocab_size=64, intermediate_size=48, num_hidden_layers=3, max_position_embeddings=32)
     return transformers.LlamaModel(config).eval()
 
 
