@@ -8,15 +8,18 @@ which keeps threads and nested models apart.
 
 from __future__ import annotations
 
+import operator
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from torch import nn
+from torch.nn.modules.module import register_module_module_registration_hook
 from torch.utils.hooks import RemovableHandle
 
 from .recorder import CaptureMap, OutputRecorder, normalize_output_map
 
-__all__ = ["Collector", "HookPlan", "plan_hooks", "install_hooks", "own_output_map", "resolve_positions"]
+__all__ = ["Collector", "HookPlan", "plan_hooks", "install_hooks", "invalidate", "own_output_map", "resolve_positions"]
 
 _MISSING = object()
 _ATTRIBUTE = "_can_record_outputs"
@@ -51,6 +54,63 @@ def own_output_map(module: nn.Module) -> Any:
     return value
 
 
+class _CachedPlan:
+    """A plan of one root, kept without strong references to its modules.
+
+    `modules` holds a weak reference to every module the walk visited, with its class and number of
+    children then: a plan is reused only while all are alive and unchanged and no structure change or
+    `invalidate` happened since (`generation`). Entries point into `modules` by position.
+    """
+
+    __slots__ = ("generation", "modules", "classes", "sizes", "entries")
+
+    def __init__(self, generation: int, visited: list[nn.Module], plan: HookPlan) -> None:
+        self.generation = generation
+        self.modules = [weakref.ref(module) for module in visited]
+        self.classes = list(map(type, visited))
+        self.sizes = list(map(len, map(_CHILDREN, visited)))
+        position = {id(module): i for i, module in enumerate(visited)}
+        self.entries = [(position[id(module)], path, entries) for module, path, entries in plan]
+
+    def plan(self) -> HookPlan | None:
+        """The plan, or None when it may be stale."""
+        if self.generation != _generation:
+            return None
+        visited = [ref() for ref in self.modules]
+        # A collected module dereferences to None, whose class differs from the recorded one.
+        if list(map(type, visited)) != self.classes:
+            return None
+        if list(map(len, map(_CHILDREN, visited))) != self.sizes:
+            return None
+        return [(visited[i], path, entries) for i, path, entries in self.entries]
+
+
+_CHILDREN = operator.attrgetter("_modules")
+
+# Plans by root module, then by (tasks, wanted keys, nested_maps). Weak keys: the cache never keeps a
+# model alive, and its values hold only weak references to modules.
+_plans: weakref.WeakKeyDictionary[nn.Module, dict[tuple, _CachedPlan]] = weakref.WeakKeyDictionary()
+# Bumped by every submodule registration in the process (once the hook is installed) and by
+# `invalidate`: a cached plan built under an older generation is rebuilt.
+_generation = 0
+_registration_handle: Any = None
+
+
+def invalidate() -> None:
+    """Drop every cached hook plan.
+
+    Submodule assignments, deletions and class changes are detected on their own; call this after
+    changing a module's capture map (`_can_record_outputs` on an instance or a class, or a map in
+    place). `patch_model` and `patch_output_recorders` call it.
+    """
+    global _generation
+    _generation += 1
+
+
+def _on_module_registration(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
+    invalidate()
+
+
 def plan_hooks(
     root: nn.Module,
     tasks: Iterable[tuple[str, OutputRecorder]],
@@ -61,12 +121,38 @@ def plan_hooks(
     """Walk `root` and list the modules each task hooks, in transformers' order (children first).
 
     With `nested_maps`, a child that declares its own capture map switches its subtree to that map.
-    `keys`, when given, limits the plan to those output keys.
+    `keys`, when given, limits the plan to those output keys. Plans are cached per root (see
+    `invalidate`).
     """
+    global _registration_handle
+    if _registration_handle is None:
+        _registration_handle = register_module_module_registration_hook(_on_module_registration)
+    tasks = tuple(tasks)
     wanted = None if keys is None else frozenset(keys)
+    cache_key = (tasks, wanted, nested_maps)
+    cached = _plans.get(root)
+    if cached is None:
+        cached = _plans.setdefault(root, {})
+    entry = cached.get(cache_key)
+    if entry is not None:
+        plan = entry.plan()
+        if plan is not None:
+            return plan
+    generation = _generation
+    plan, visited = _walk(root, tasks, wanted, nested_maps)
+    cached[cache_key] = _CachedPlan(generation, visited, plan)
+    return plan
+
+
+def _walk(
+    root: nn.Module, tasks: tuple[tuple[str, OutputRecorder], ...], wanted: frozenset[str] | None, nested_maps: bool
+) -> tuple[HookPlan, list[nn.Module]]:
+    """The plan of `root`, and every module visited."""
     plan: HookPlan = []
+    visited: list[nn.Module] = []
 
     def visit(module: nn.Module, path: str, checks: tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]) -> None:
+        visited.append(module)
         seen = set()
         for name, child in module._modules.items():
             # The children `named_children` yields: set, and each distinct module once.
@@ -87,7 +173,7 @@ def plan_hooks(
             plan.append((module, path, tuple(entries)))
 
     visit(root, "", _checks(tasks, wanted))
-    return plan
+    return plan, visited
 
 
 def _checks(

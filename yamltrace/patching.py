@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .hooks import own_output_map
+from .hooks import invalidate, own_output_map
 from .patch_registry import MappingLike, find_key, find_replacement, resolve_mapping
 from .recorder import normalize_output_map
 
@@ -79,6 +79,7 @@ class PatchHandle:
             undo, self._undo = self._undo, []
         for step in reversed(undo):
             step()
+        invalidate()
 
     def __enter__(self) -> PatchHandle:
         return self
@@ -261,12 +262,14 @@ def _set_instance_map(module: nn.Module, output_map: dict[str, Any]) -> Callable
     had_own = "_can_record_outputs" in vars(module)
     previous = vars(module).get("_can_record_outputs")
     setattr(module, "_can_record_outputs", output_map)
+    invalidate()
 
     def undo() -> None:
         if had_own:
             setattr(module, "_can_record_outputs", previous)
         else:
             vars(module).pop("_can_record_outputs", None)
+        invalidate()
 
     return undo
 
@@ -368,6 +371,7 @@ def _swap(child: nn.Module, holders, replacement: type, how: str, undo: list[Cal
     original = type(child)
     if how == "class":
         child.__class__ = replacement
+        invalidate()
         undo.append(lambda: setattr(child, "__class__", original))
         return
     try:
@@ -380,6 +384,7 @@ def _swap(child: nn.Module, holders, replacement: type, how: str, undo: list[Cal
     for parent, name, _ in holders:
         setattr(parent, name, new)
         undo.append(lambda parent=parent, name=name: setattr(parent, name, child))
+    invalidate()
 
 
 def patch_model(
@@ -416,5 +421,6 @@ def patch_model(
     except BaseException:
         for step in reversed(undo):
             step()
+        invalidate()
         raise
     return PatchHandle(replaced, undo)

@@ -1,0 +1,186 @@
+"""Cached hook plans: reused while the model is unchanged, never stale, never keeping a model alive."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+from torch import nn
+
+import yamltrace.hooks as hooks
+from yamltrace.patching import patch_model, patch_output_recorders
+from yamltrace.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
+from yamltrace.tracing import trace
+
+
+class OtherLayer(nn.Module):
+    """Not a TinyDecoderLayer: a capture of hidden states does not hook it."""
+
+    def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
+        return hidden_states * 2
+
+
+class MarkedLayer(TinyDecoderLayer):
+    """A TinyDecoderLayer subclass that adds no state (usable by class reassignment)."""
+
+
+class MarkedAttention(TinyAttention):
+    """A TinyAttention subclass that adds no state."""
+
+
+@pytest.fixture
+def model() -> TinyModel:
+    torch.manual_seed(0)
+    return TinyModel(TinyConfig(num_hidden_layers=3)).eval()
+
+
+@pytest.fixture
+def ids() -> torch.Tensor:
+    return torch.randint(0, 128, (1, 5))
+
+
+@pytest.fixture
+def walks(monkeypatch) -> list[nn.Module]:
+    """The roots `plan_hooks` walked (rather than took from the cache)."""
+    walked: list[nn.Module] = []
+    walk = hooks._walk
+
+    def counting(root, *args):
+        walked.append(root)
+        return walk(root, *args)
+
+    monkeypatch.setattr(hooks, "_walk", counting)
+    return walked
+
+
+def hidden_count(model: TinyModel, ids: torch.Tensor) -> int:
+    return len(model(ids, output_hidden_states=True).hidden_states)
+
+
+def test_an_unchanged_model_is_walked_once(model, ids, walks) -> None:
+    first = model(ids, output_hidden_states=True, output_attentions=True)
+    second = model(ids, output_hidden_states=True, output_attentions=True)
+    assert walks == [model]
+    for key in ("hidden_states", "attentions"):
+        assert len(first[key]) == len(second[key]) > 0
+        for a, b in zip(first[key], second[key]):
+            assert torch.equal(a, b)
+
+
+def test_other_keys_get_their_own_plan(model, ids, walks) -> None:
+    model(ids, output_hidden_states=True)
+    model(ids, output_attentions=True)
+    model(ids, output_hidden_states=True)
+    assert walks == [model, model]
+
+
+def test_a_replaced_submodule_is_hooked_and_the_old_one_is_not(model, ids) -> None:
+    assert hidden_count(model, ids) == 4
+    old = model.layers[1]
+    model.layers[1] = OtherLayer()
+    assert hidden_count(model, ids) == 3
+    model.layers[1] = old
+    assert hidden_count(model, ids) == 4
+
+
+def test_a_submodule_set_by_attribute_is_captured(model, ids) -> None:
+    with trace(model, outputs="attentions") as before:
+        model(ids)
+    new = TinyAttention(model.config)
+    model.layers[0].self_attn = new
+    with trace(model, outputs="attentions") as after:
+        model(ids)
+    with trace(new, {"attentions": TinyAttention}) as alone:
+        new(model.layers[0].input_layernorm(model.embed_tokens(ids)))
+    assert len(after["attentions"]) == len(before["attentions"]) == 3
+    assert torch.equal(after["attentions"][0], alone["attentions"][0])
+    assert not torch.equal(after["attentions"][0], before["attentions"][0])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda layers: layers.append(TinyDecoderLayer(TinyConfig())),
+        lambda layers: layers.insert(0, TinyDecoderLayer(TinyConfig())),
+        lambda layers: layers.pop(0),
+        lambda layers: layers.__delitem__(-1),
+    ],
+    ids=["append", "insert", "pop", "del"],
+)
+def test_module_list_changes_are_seen(model, ids, change) -> None:
+    with trace(model, outputs="hidden_states") as before:
+        model(ids)
+    change(model.layers)
+    with trace(model, outputs="hidden_states") as after:
+        model(ids)
+    assert len(after["hidden_states"]) == len(model.layers) + 1 != len(before["hidden_states"])
+
+
+def test_deleting_a_submodule_attribute_is_seen(model) -> None:
+    tasks = (("linear", hooks.OutputRecorder(target_class=nn.Linear)),)
+    paths = [path for _, path, _ in hooks.plan_hooks(model, tasks, nested_maps=False)]
+    assert ".layers.0.mlp.gate_proj" in paths
+    del model.layers[0].mlp.gate_proj
+    paths = [path for _, path, _ in hooks.plan_hooks(model, tasks, nested_maps=False)]
+    assert ".layers.0.mlp.gate_proj" not in paths
+    assert ".layers.0.mlp.up_proj" in paths
+
+
+def test_a_collected_submodule_invalidates_the_plan(model, ids) -> None:
+    assert hidden_count(model, ids) == 4
+    model.layers._modules["1"] = OtherLayer()  # bypasses nn.Module's API and its registration hooks
+    gc.collect()
+    assert hidden_count(model, ids) == 3
+
+
+def test_a_reassigned_class_is_seen(model) -> None:
+    tasks = (("marked", hooks.OutputRecorder(target_class=MarkedLayer)),)
+    assert hooks.plan_hooks(model, tasks, nested_maps=False) == []
+    model.layers[2].__class__ = MarkedLayer
+    assert [path for _, path, _ in hooks.plan_hooks(model, tasks, nested_maps=False)] == [".layers.2"]
+    model.layers[2].__class__ = TinyDecoderLayer
+    assert hooks.plan_hooks(model, tasks, nested_maps=False) == []
+
+
+def test_patch_model_and_its_undo_are_seen(model) -> None:
+    tasks = (("marked", hooks.OutputRecorder(target_class=MarkedAttention)),)
+    assert hooks.plan_hooks(model, tasks, nested_maps=False) == []
+    with patch_model(model, {"TinyAttention": MarkedAttention}):
+        assert len(hooks.plan_hooks(model, tasks, nested_maps=False)) == 3
+    assert hooks.plan_hooks(model, tasks, nested_maps=False) == []
+
+
+def test_instance_capture_maps_set_and_restored_by_patching_are_seen() -> None:
+    outer = nn.Sequential(TinyModel(TinyConfig(num_hidden_layers=2)))
+    tasks = (("attentions", hooks.OutputRecorder(target_class=OtherLayer)),)
+    both = [".0.layers.0.self_attn", ".0.layers.1.self_attn"]
+    assert [p for _, p, _ in hooks.plan_hooks(outer, tasks, nested_maps=True, keys=[tasks[0][0]])] == both
+    outer[0].layers[0].self_attn.__class__ = MarkedAttention
+    with patch_output_recorders(outer, {"TinyAttention": MarkedAttention}):
+        assert [p for _, p, _ in hooks.plan_hooks(outer, tasks, nested_maps=True, keys=[tasks[0][0]])] == both[:1]
+    assert [p for _, p, _ in hooks.plan_hooks(outer, tasks, nested_maps=True, keys=[tasks[0][0]])] == both
+
+
+def test_invalidate_after_changing_a_capture_map(model) -> None:
+    outer = nn.Sequential(model)
+    tasks = (("mlp", hooks.OutputRecorder(target_class=OtherLayer)),)
+    assert hooks.plan_hooks(outer, tasks, nested_maps=True, keys=[tasks[0][0]]) == []  # TinyModel's own map has no "mlp"
+    model._can_record_outputs = {"mlp": TinyMLP}
+    hooks.invalidate()
+    assert len(hooks.plan_hooks(outer, tasks, nested_maps=True, keys=[tasks[0][0]])) == 3
+
+
+def test_the_cache_does_not_keep_a_model_alive(ids) -> None:
+    model = TinyModel(TinyConfig(num_hidden_layers=2))
+    model.layers[0].owner = [model]  # a reference cycle through a submodule
+    model(ids, output_hidden_states=True, output_attentions=True)
+    with trace(model) as captures:
+        model(ids)
+    assert captures["hidden_states"]
+    assert model in hooks._plans
+    ref = weakref.ref(model)
+    del model, captures
+    gc.collect()
+    assert ref() is None
