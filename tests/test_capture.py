@@ -225,6 +225,25 @@ def test_initial_state_is_the_first_hooked_modules_input(toy, x) -> None:
     assert torch.equal(out.hidden_states[0], toy.embed(x))
 
 
+class KeywordToyModel(ToyModel):
+    """`ToyModel` that passes each layer its input by keyword."""
+
+    @capture_outputs
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> BaseModelOutput:
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x=x)
+        return BaseModelOutput(last_hidden_state=self.norm(x))
+
+
+def test_initial_state_passed_by_keyword_is_captured(x) -> None:
+    model = KeywordToyModel()
+    out = model(x, output_hidden_states=True, output_attentions=True)
+    assert len(out.hidden_states) == len(model.layers) + 1
+    assert torch.equal(out.hidden_states[0], model.embed(x))
+    assert len(out.attentions) == len(model.layers)
+
+
 def test_capture_initial_hidden_state_false_gives_one_state_per_layer(toy, x) -> None:
     toy._can_record_outputs = {"hidden_states": OutputRecorder(Layer, capture_initial_hidden_state=False)}
     ref = reference(toy, x)

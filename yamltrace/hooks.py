@@ -244,11 +244,17 @@ class Collector:
 
 
 def install_hooks(plan: HookPlan, collector: Collector, is_active: Callable[[Collector], bool]) -> list[RemovableHandle]:
-    """Install one forward hook per planned module, recording into `collector` while `is_active` says so."""
+    """Install one forward hook per planned module, recording into `collector` while `is_active` says so.
+
+    A hook receives the module's keyword arguments only where an entry may record the module's input
+    as the initial hidden state (passed by keyword when there is no positional argument).
+    """
     handles: list[RemovableHandle] = []
     try:
         for module, path, entries in plan:
-            handles.append(module.register_forward_hook(_make_hook(collector, path, entries, is_active), with_kwargs=True))
+            with_kwargs = _needs_input(entries)
+            hook = _make_hook(collector, path, entries, is_active, with_kwargs)
+            handles.append(module.register_forward_hook(hook, with_kwargs=with_kwargs))
     except BaseException:
         remove_hooks(handles)
         raise
@@ -262,11 +268,32 @@ def remove_hooks(handles: list[RemovableHandle]) -> None:
     handles.clear()
 
 
-def _make_hook(collector: Collector, path: str, entries: tuple[Entry, ...], is_active: Callable[[Collector], bool]):
+def _needs_input(entries: tuple[Entry, ...]) -> bool:
+    """Whether an entry may record the module's input (the initial hidden state)."""
+    for key, _, initial in entries:
+        if initial and key == "hidden_states":
+            return True
+    return False
+
+
+_NO_KWARGS: dict[str, Any] = {}
+
+
+def _make_hook(
+    collector: Collector, path: str, entries: tuple[Entry, ...], is_active: Callable[[Collector], bool], with_kwargs: bool
+) -> Callable[..., None]:
     record = collector.record
 
-    def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    if with_kwargs:
+
+        def hook_with_kwargs(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            if is_active(collector):
+                record(path, entries, args, kwargs, output)
+
+        return hook_with_kwargs
+
+    def hook(module: nn.Module, args: tuple, output: Any) -> None:
         if is_active(collector):
-            record(path, entries, args, kwargs, output)
+            record(path, entries, args, _NO_KWARGS, output)
 
     return hook
