@@ -221,3 +221,16 @@ def test_trace_and_capture_outputs_do_not_interfere(tiny, input_ids) -> None:
     assert own.attentions is None and len(own.hidden_states) == tiny.config.num_hidden_layers + 1
     assert len(captures["attentions"]) == tiny.config.num_hidden_layers
     assert Config().output_attentions is False
+
+
+def test_a_compiled_module_is_refused_with_the_alternative(seq, x) -> None:
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(seq, backend="eager")
+        compiled(x)
+        with pytest.raises(TypeError, match=r"torch\.compile'd module.*Trace the original module"):
+            with trace(compiled, {"linear": nn.Linear}):
+                pass
+        assert hook_count(seq) == 0
+    finally:
+        torch._dynamo.reset()
