@@ -4,6 +4,9 @@ A capture session (one decorated forward, or one `trace` block) owns a `Collecto
 own forward hooks for exactly as long as it runs, so a model whose capture is off carries no hooks at
 all. A hook records only when its session is the active one in the calling context (a `ContextVar`),
 which keeps threads and nested models apart.
+
+Plans are cached per root module (`plan_hooks`, `invalidate`), so a repeated capture on an unchanged
+model does not walk it again.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ def own_output_map(module: nn.Module) -> Any:
     return value
 
 
+_CHILDREN = operator.attrgetter("_modules")
+
+
 class _CachedPlan:
     """A plan of one root, kept without strong references to its modules.
 
@@ -85,8 +91,6 @@ class _CachedPlan:
         return [(visited[i], path, entries) for i, path, entries in self.entries]
 
 
-_CHILDREN = operator.attrgetter("_modules")
-
 # Plans by root module, then by (tasks, wanted keys, nested_maps). Weak keys: the cache never keeps a
 # model alive, and its values hold only weak references to modules.
 _plans: weakref.WeakKeyDictionary[nn.Module, dict[tuple, _CachedPlan]] = weakref.WeakKeyDictionary()
@@ -97,11 +101,12 @@ _registration_handle: Any = None
 
 
 def invalidate() -> None:
-    """Drop every cached hook plan.
+    """Mark every cached hook plan stale, so the next capture walks its model again.
 
-    Submodule assignments, deletions and class changes are detected on their own; call this after
-    changing a module's capture map (`_can_record_outputs` on an instance or a class, or a map in
-    place). `patch_model` and `patch_output_recorders` call it.
+    Submodule assignments and deletions (through `nn.Module`'s API and the container methods) and
+    class reassignments are detected without it. Call it after changing the capture map of a
+    submodule (`_can_record_outputs` on an instance or a class, or a map edited in place); the root's
+    own map is read on every capture. `patch_model` and `patch_output_recorders` call it.
     """
     global _generation
     _generation += 1
