@@ -184,3 +184,28 @@ def test_the_cache_does_not_keep_a_model_alive(ids) -> None:
     del model, captures
     gc.collect()
     assert ref() is None
+
+
+class SlicingModel(TinyModel):
+    """Slices its ModuleList in forward, as transformers' Llama does (`self.layers[:n]`), which
+    registers the layers into a new, throwaway ModuleList on every call."""
+
+    def forward(self, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:  # type: ignore[override]
+        hidden_states = self.embed_tokens(input_ids)
+        for layer in self.layers[: self.config.num_hidden_layers]:
+            hidden_states = layer(hidden_states)
+        return self.norm(hidden_states)
+
+
+def test_registrations_outside_the_model_keep_its_plan(walks, ids) -> None:
+    model = SlicingModel(TinyConfig(num_hidden_layers=3)).eval()
+    spec = {"hidden_states": TinyDecoderLayer}
+    for _ in range(3):
+        with trace(model, spec) as captures:
+            model(ids)
+        assert len(captures["hidden_states"]) == 4
+    assert walks == [model]
+    nn.Sequential(nn.Linear(2, 2))  # a registration into a module no plan visited
+    with trace(model, spec):
+        model(ids)
+    assert walks == [model]

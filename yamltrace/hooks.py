@@ -77,6 +77,7 @@ class _CachedPlan:
         self.sizes = list(map(len, map(_CHILDREN, visited)))
         position = {id(module): i for i, module in enumerate(visited)}
         self.entries = [(position[id(module)], path, entries) for module, path, entries in plan]
+        _watched.update(visited)
 
     def plan(self) -> HookPlan | None:
         """The plan, or None when it may be stale."""
@@ -94,9 +95,11 @@ class _CachedPlan:
 # Plans by root module, then by (tasks, wanted keys, nested_maps). Weak keys: the cache never keeps a
 # model alive, and its values hold only weak references to modules.
 _plans: weakref.WeakKeyDictionary[nn.Module, dict[tuple, _CachedPlan]] = weakref.WeakKeyDictionary()
-# Bumped by every submodule registration in the process (once the hook is installed) and by
-# `invalidate`: a cached plan built under an older generation is rebuilt.
+# Bumped by every submodule registration into a module some cached plan visited (once the hook is
+# installed) and by `invalidate`: a cached plan built under an older generation is rebuilt.
+# Registrations elsewhere (a forward slicing a ModuleList builds a new one) leave plans valid.
 _generation = 0
+_watched: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 _registration_handle: Any = None
 
 
@@ -113,7 +116,8 @@ def invalidate() -> None:
 
 
 def _on_module_registration(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
-    invalidate()
+    if module in _watched:
+        invalidate()
 
 
 def plan_hooks(
