@@ -1,4 +1,5 @@
-"""`capture_outputs`: REFERENCE §1 rules 1-8, one by one, on small models written here.
+"""`capture_outputs`: REFERENCE §1 rules 1-8, one by one, on small models written here; then the
+recorder capture options (`detach`, `to`, `dtype`).
 
 Expected tensors are recomputed by calling the submodules by hand, so every check is `torch.equal`
 against an independent computation.
@@ -16,9 +17,11 @@ from torch import nn
 
 from yamltrace.capture import _active_collector, capture_outputs
 from yamltrace.config import Config
+from yamltrace.hooks import Collector
 from yamltrace.modeling import PreTrainedModel
 from yamltrace.outputs import BaseModelOutput, ModelOutput
 from yamltrace.recorder import OutputRecorder
+from yamltrace.tracing import trace
 
 DIM = 8
 
@@ -457,3 +460,138 @@ def test_exception_mid_forward_leaves_no_state(toy, x) -> None:
     again = toy(x, output_hidden_states=True, output_attentions=True)
     for key in ("hidden_states", "attentions", "cross_attentions"):
         assert_tensors_equal(again[key], list(expected[key]))
+
+
+# Capture options: references by default, copies only on request (`detach`, `to`, `dtype`)
+
+
+FLAGS = {"output_hidden_states": True, "output_attentions": True}
+
+
+@pytest.fixture
+def untied() -> UntiedToyModel:
+    # Every hidden state is a module's own tensor (no tie to the post-norm output).
+    torch.manual_seed(0)
+    return UntiedToyModel().eval()
+
+
+def with_returned_tensors(model: ToyModel, x: torch.Tensor) -> tuple[Any, list[torch.Tensor], list[torch.Tensor]]:
+    """The model's output under `FLAGS` and grad, with the tensors its embedding and layers (hidden
+    states) and its self-attentions (weights) returned in that forward."""
+    states: list[torch.Tensor] = []
+    weights: list[torch.Tensor] = []
+    handles = [model.embed.register_forward_hook(lambda m, a, o: states.append(o))]
+    handles += [layer.register_forward_hook(lambda m, a, o: states.append(o)) for layer in model.layers]
+    handles += [layer.attn.register_forward_hook(lambda m, a, o: weights.append(o[1])) for layer in model.layers]
+    try:
+        with torch.enable_grad():
+            out = model(x, **FLAGS)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out, states, weights
+
+
+def options_map(**options: Any) -> dict[str, OutputRecorder]:
+    return {
+        "hidden_states": OutputRecorder(Layer, **options),
+        "attentions": OutputRecorder(Attn, index=1, layer_name="attn", **options),
+    }
+
+
+def test_captures_are_the_modules_own_tensors_by_default(toy, x) -> None:
+    out, states, weights = with_returned_tensors(toy, x)
+    expected_states = states[:-1] + [out.last_hidden_state]
+    assert all(a is e for a, e in zip(out.hidden_states, expected_states, strict=True))
+    assert all(a is e for a, e in zip(out.attentions, weights, strict=True))
+    assert [t.data_ptr() for t in out.hidden_states] == [t.data_ptr() for t in expected_states]
+    assert all(t.requires_grad and t.grad_fn is not None for t in out.hidden_states + out.attentions)
+
+
+def test_detach_drops_the_graph_and_shares_the_storage(untied, x) -> None:
+    untied._can_record_outputs = options_map(detach=True)
+    out, states, weights = with_returned_tensors(untied, x)
+    for captured, original in zip(out.hidden_states + out.attentions, states + weights, strict=True):
+        assert original.requires_grad and not captured.requires_grad and captured.grad_fn is None
+        assert captured.data_ptr() == original.data_ptr()
+        assert torch.equal(captured, original)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, "float16"])
+def test_dtype_casts_every_kept_capture_including_the_initial_state(untied, x, dtype) -> None:
+    reference_out = untied(x, **FLAGS)
+    untied._can_record_outputs = options_map(dtype=dtype)
+    out = untied(x, **FLAGS)
+    for key in ("hidden_states", "attentions"):
+        assert all(t.dtype == torch.float16 for t in out[key])
+        assert_tensors_equal(out[key], [t.half() for t in reference_out[key]])
+    assert out.hidden_states[-1].requires_grad  # a cast without detach stays in the graph
+
+
+def test_to_cpu_keeps_a_tensor_already_there_as_is(untied, x) -> None:
+    untied._can_record_outputs = options_map(to="cpu")
+    out, states, weights = with_returned_tensors(untied, x)
+    assert all(a is e for a, e in zip(out.hidden_states + out.attentions, states + weights, strict=True))
+
+
+def test_options_combine_and_skip_unselected_positions(untied, x) -> None:
+    reference_out = untied(x, **FLAGS)
+    recorder = OutputRecorder(Layer, layers=(0, -1), detach=True, to="cpu", dtype=torch.float16)
+    untied._can_record_outputs = {"hidden_states": recorder}
+    with torch.enable_grad():
+        out = untied(x, output_hidden_states=True)
+    assert out.hidden_states[1] is None
+    kept = [out.hidden_states[0], out.hidden_states[2]]
+    assert all(t.dtype == torch.float16 and t.device.type == "cpu" and not t.requires_grad for t in kept)
+    assert_tensors_equal(tuple(kept), [reference_out.hidden_states[0].half(), reference_out.hidden_states[2].half()])
+
+
+def test_collector_transforms_kept_values_only() -> None:
+    transformed: list[Any] = []
+
+    def transform(value: Any) -> Any:
+        transformed.append(value)
+        return value
+
+    states = [torch.full((1,), float(i)) for i in range(3)]
+    collector = Collector(["hidden_states"], {"hidden_states": frozenset({1})})
+    entries = (("hidden_states", 0, True, transform),)
+    collector.record(".layers.0", entries, (states[0],), {}, states[1])
+    collector.record(".layers.1", entries, (states[1],), {}, states[2])
+    assert collector.lists["hidden_states"] == [None, states[1], None]
+    assert len(transformed) == 1 and transformed[0] is states[1]
+
+
+class Pair(nn.Module):
+    """Returns a list (not a tuple), which is recorded whole."""
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [x, x * 2]
+
+
+class PairModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pair = Pair()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pair(x)[1]
+
+
+def test_options_leave_values_that_are_not_tensors_as_they_are(x) -> None:
+    model = PairModel()
+    returned: list[Any] = []
+    model.pair.register_forward_hook(lambda m, a, o: returned.append(o))
+    with trace(model, {"pairs": OutputRecorder(Pair, detach=True, dtype=torch.float16)}) as captures:
+        model(x)
+    (captured,) = captures["pairs"]
+    assert captured is returned[0]
+
+
+def test_options_apply_through_trace(toy, x) -> None:
+    reference_weights = toy(x, output_attentions=True).attentions
+    recorder = OutputRecorder(Attn, index=1, layer_name="attn", detach=True, to="cpu", dtype=torch.float16)
+    with torch.enable_grad(), trace(toy, {"attentions": recorder}) as captures:
+        toy(x)
+    assert all(t.dtype == torch.float16 and not t.requires_grad for t in captures["attentions"])
+    assert_tensors_equal(captures["attentions"], [t.half() for t in reference_weights])

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+import torch
 from torch import nn
 
 from yamltrace.hooks import plan_hooks
-from yamltrace.recorder import OutputRecorder, default_index, normalize_output_map
+from yamltrace.recorder import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map
 
 
 class Attention(nn.Module):
@@ -72,6 +73,12 @@ def test_foreign_recorder_with_the_same_fields_is_converted() -> None:
         ({"target_class": "Attention"}, TypeError, "must be a class"),
         ({"target_class": Attention, "index": True}, TypeError, "index must be an int"),
         ({"target_class": Attention, "layers": [0, "1"]}, TypeError, "layers must be a sequence of ints"),
+        ({"target_class": Attention, "detach": 1}, TypeError, "detach must be a bool"),
+        ({"target_class": Attention, "to": 0}, TypeError, "to must be a device string"),
+        ({"target_class": Attention, "to": "gpu"}, ValueError, "'gpu' is not a device"),
+        ({"target_class": Attention, "dtype": "int8"}, ValueError, "dtype must be one of float16, bfloat16, float32, float64, got 'int8'"),
+        ({"target_class": Attention, "dtype": torch.int8}, ValueError, "dtype must be one of .*got torch.int8"),
+        ({"target_class": Attention, "dtype": "__class__"}, ValueError, "dtype must be one of"),
     ],
 )
 def test_invalid_recorder_fields_are_rejected(kwargs, error, message) -> None:
@@ -81,6 +88,23 @@ def test_invalid_recorder_fields_are_rejected(kwargs, error, message) -> None:
 
 def test_layers_are_stored_as_a_tuple() -> None:
     assert OutputRecorder(Attention, layers=[0, -1]).layers == (0, -1)
+
+
+def test_capture_options_default_to_keeping_the_reference() -> None:
+    recorder = OutputRecorder(Attention)
+    assert (recorder.detach, recorder.to, recorder.dtype) == (False, None, None)
+
+
+@pytest.mark.parametrize(("name", "dtype"), list(CAPTURE_DTYPES.items()))
+def test_dtype_names_resolve_to_the_torch_dtype(name, dtype) -> None:
+    assert dtype.is_floating_point
+    assert OutputRecorder(Attention, dtype=name).dtype is dtype
+    assert OutputRecorder(Attention, dtype=name) == OutputRecorder(Attention, dtype=dtype)
+
+
+def test_to_is_stored_as_the_device_text() -> None:
+    assert OutputRecorder(Attention, to="cpu").to == "cpu"
+    assert OutputRecorder(Attention, to=torch.device("cuda", 1)).to == "cuda:1"
 
 
 def test_unknown_recorder_type_names_the_key() -> None:

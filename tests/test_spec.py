@@ -181,6 +181,44 @@ def test_to_yaml_round_trips_every_field() -> None:
     assert again.outputs == spec.outputs and again.patches == spec.patches
 
 
+CAPTURE_OPTIONS_SPEC = """\
+yamltrace: 1
+model: TinyModel
+outputs:
+  hidden_states: {target: TinyDecoderLayer, layers: [0, -1], detach: true, to: cpu, dtype: float16}
+  attentions: {target: TinyAttention, index: 1, dtype: bfloat16}
+options: {tie_last_hidden_states: false}
+"""
+
+
+def test_capture_options_load_and_round_trip() -> None:
+    spec = load_spec(CAPTURE_OPTIONS_SPEC, for_model=TinyModel)
+    assert spec.outputs == {
+        "hidden_states": (OutputRecorder(TinyDecoderLayer, layers=(0, -1), detach=True, to="cpu", dtype=torch.float16),),
+        "attentions": (OutputRecorder(TinyAttention, index=1, dtype=torch.bfloat16),),
+    }
+    text = spec.to_yaml()
+    assert "detach: true" in text and "to: cpu" in text and "dtype: float16" in text and "dtype: bfloat16" in text
+    assert load_spec(text, for_model=TinyModel) == spec
+
+
+def test_a_spec_with_capture_options_traces_tiny_model(tiny: TinyModel, input_ids: torch.Tensor) -> None:
+    untied = Spec(outputs=TinyModel._can_record_outputs, options={"tie_last_hidden_states": False})
+    with torch.enable_grad(), yamltrace.trace(tiny, untied) as plain:
+        tiny(input_ids)
+    with torch.enable_grad(), yamltrace.trace(tiny, load_spec(CAPTURE_OPTIONS_SPEC, for_model=tiny)) as captured:
+        tiny(input_ids)
+    first, *middle, last = captured["hidden_states"]
+    assert middle == [None] * (len(plain["hidden_states"]) - 2)
+    for state, expected in ((first, plain["hidden_states"][0]), (last, plain["hidden_states"][-1])):
+        assert state.dtype == torch.float16 and state.device.type == "cpu" and not state.requires_grad
+        assert torch.equal(state, expected.half())
+    assert len(captured["attentions"]) == len(plain["attentions"]) > 0
+    for weights, expected in zip(captured["attentions"], plain["attentions"]):
+        assert weights.dtype == torch.bfloat16 and weights.requires_grad
+        assert torch.equal(weights, expected.to(torch.bfloat16))
+
+
 def test_to_yaml_writes_a_local_class_by_its_registered_name() -> None:
     class LocalLayer(nn.Module):
         pass

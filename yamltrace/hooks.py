@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.modules.module import register_module_module_registration_hook
 from torch.utils.hooks import RemovableHandle
@@ -28,8 +29,10 @@ _MISSING = object()
 _ATTRIBUTE = "_can_record_outputs"
 _MODULE_GETATTR = nn.Module.__getattr__
 
-# A plan entry: (key, tuple index, prepend the first input as the initial hidden state).
-Entry = tuple[str, int, bool]
+# What a recorder's `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
+Transform = Callable[[Any], Any]
+# A plan entry: (key, tuple index, prepend the first input as the initial hidden state, transform).
+Entry = tuple[str, int, bool, Transform | None]
 # A plan: for each hooked module, its dotted path and its entries.
 HookPlan = list[tuple[nn.Module, str, tuple[Entry, ...]]]
 
@@ -190,10 +193,27 @@ def _checks(
 ) -> tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]:
     """For each task whose key is wanted: its recorder's `matches` and the plan entry it adds."""
     return tuple(
-        (recorder.matches, (key, recorder.index, recorder.capture_initial_hidden_state))
+        (recorder.matches, (key, recorder.index, recorder.capture_initial_hidden_state, _transform(recorder)))
         for key, recorder in tasks
         if wanted is None or key in wanted
     )
+
+
+def _transform(recorder: OutputRecorder) -> Transform | None:
+    """What `recorder` does to a captured tensor (detach, then move/cast); None when it keeps the reference."""
+    detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
+    if not detach and device is None and dtype is None:
+        return None
+    convert = device is not None or dtype is not None
+
+    def transform(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if detach:
+            value = value.detach()
+        return value.to(device=device, dtype=dtype) if convert else value
+
+    return transform
 
 
 def resolve_positions(selected: Iterable[int], total: int | None, what: str) -> frozenset[int]:
@@ -213,7 +233,8 @@ class Collector:
     """What one capture session has recorded so far: a list per requested key.
 
     `selections` maps a key to the positions to keep; other positions are recorded as `None`, so no
-    tensor is retained for them.
+    tensor is retained for them. A kept value goes through its entry's transform, if any; without one
+    the list holds the module's own object.
     """
 
     __slots__ = ("lists", "selections")
@@ -222,14 +243,17 @@ class Collector:
         self.lists: dict[str, list[Any]] = {k: [] for k in keys}
         self.selections = selections or {}
 
-    def _append(self, key: str, values: list[Any], value: Any) -> None:
+    def _append(self, key: str, values: list[Any], value: Any, transform: Transform | None) -> None:
         selection = self.selections.get(key)
-        values.append(value if selection is None or len(values) in selection else None)
+        if selection is not None and len(values) not in selection:
+            values.append(None)
+        else:
+            values.append(value if transform is None else transform(value))
 
     def record(self, path: str, entries: tuple[Entry, ...], args: tuple, kwargs: dict, output: Any) -> None:
         """Record `output` (and, for the first hidden state, the module's input) for each entry."""
         lists = self.lists
-        for key, index, initial in entries:
+        for key, index, initial, transform in entries:
             values = lists.get(key)
             if values is None:
                 continue
@@ -242,14 +266,14 @@ class Collector:
             if key == "hidden_states":
                 if initial and not values:
                     first_input = args[0] if args else next(iter(kwargs.values()), None)
-                    self._append(key, values, first_input)
+                    self._append(key, values, first_input, transform)
                 value = output[index] if is_tuple else output
                 if value is not None:
-                    self._append(key, values, value)
+                    self._append(key, values, value, transform)
             elif not is_tuple:
-                self._append(key, values, output)
+                self._append(key, values, output, transform)
             elif output[index] is not None:
-                self._append(key, values, output[index])
+                self._append(key, values, output[index], transform)
 
 
 def install_hooks(plan: HookPlan, collector: Collector, is_active: Callable[[Collector], bool]) -> list[RemovableHandle]:
@@ -279,7 +303,7 @@ def remove_hooks(handles: list[RemovableHandle]) -> None:
 
 def _needs_input(entries: tuple[Entry, ...]) -> bool:
     """Whether an entry may record the module's input (the initial hidden state)."""
-    for key, _, initial in entries:
+    for key, _, initial, _ in entries:
         if initial and key == "hidden_states":
             return True
     return False

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Union
 
+import torch
 from torch import nn
 
-__all__ = ["OutputRecorder", "RecorderLike", "CaptureMap", "normalize_output_map", "default_index"]
+__all__ = ["OutputRecorder", "RecorderLike", "CaptureMap", "CAPTURE_DTYPES", "normalize_output_map", "default_index"]
+
+# The dtypes a capture may be cast to, by the name a spec writes.
+CAPTURE_DTYPES: Mapping[str, torch.dtype] = MappingProxyType(
+    {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,13 @@ class OutputRecorder:
         num_hidden_layers_key: the config attribute that counts layers, for negative layer indices.
         layers: positions to keep (negative allowed); `None` keeps every position. Unselected
             positions hold `None`, so nothing is retained for them.
+        detach: record captured tensors detached from the autograd graph.
+        to: record captured tensors moved to this device (`"cpu"`, `"cuda:0"`, ...).
+        dtype: record captured tensors cast to this floating dtype (a `torch.dtype` or its name in
+            `CAPTURE_DTYPES`, stored as the `torch.dtype`).
+
+    Without `detach`, `to` and `dtype`, a capture is the very tensor the module returned (a reference,
+    no copy); each option applies to tensors only, after `layers` selection.
     """
 
     target_class: type[nn.Module] | None = None
@@ -40,6 +54,9 @@ class OutputRecorder:
     capture_initial_hidden_state: bool = True
     num_hidden_layers_key: str = "num_hidden_layers"
     layers: tuple[int, ...] | None = None
+    detach: bool = False
+    to: str | None = None
+    dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         if self.target_class is None and self.class_name is None:
@@ -53,6 +70,12 @@ class OutputRecorder:
             if not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
                 raise TypeError(f"OutputRecorder.layers must be a sequence of ints, got {self.layers!r}.")
             object.__setattr__(self, "layers", layers)
+        if not isinstance(self.detach, bool):
+            raise TypeError(f"OutputRecorder.detach must be a bool, got {self.detach!r}.")
+        if self.to is not None:
+            object.__setattr__(self, "to", _device_name(self.to))
+        if self.dtype is not None:
+            object.__setattr__(self, "dtype", _capture_dtype(self.dtype))
 
     def matches(self, module: nn.Module, path: str) -> bool:
         """Whether `module`, found at dotted `path` (leading dot, `""` for the root), is hooked."""
@@ -63,6 +86,24 @@ class OutputRecorder:
         if self.layer_name is None:
             return True
         return "." + self.layer_name.strip(".") + "." in path + "."
+
+
+def _device_name(device: Any) -> str:
+    """`device` (text or `torch.device`) as the text torch writes it; ValueError if torch rejects it."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"OutputRecorder.to must be a device string such as 'cpu' or 'cuda:0', got {device!r}.")
+    try:
+        return str(torch.device(device))
+    except RuntimeError as e:
+        raise ValueError(f"OutputRecorder.to: {device!r} is not a device ({e}).") from e
+
+
+def _capture_dtype(dtype: Any) -> torch.dtype:
+    """`dtype` (a `torch.dtype` or its name) if it is one of `CAPTURE_DTYPES`, else ValueError."""
+    allowed = CAPTURE_DTYPES.get(dtype) if isinstance(dtype, str) else dtype
+    if allowed not in CAPTURE_DTYPES.values():
+        raise ValueError(f"OutputRecorder.dtype must be one of {', '.join(CAPTURE_DTYPES)}, got {dtype!r}.")
+    return allowed
 
 
 RecorderLike = Union[OutputRecorder, type, str]

@@ -18,7 +18,7 @@ import yaml
 from torch import nn
 
 from .errors import SpecError, SpecIssue
-from .recorder import CaptureMap, OutputRecorder, default_index, normalize_output_map
+from .recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map
 from .registry import ClassRegistry, ImportPolicy, default_registry, import_module
 from .schema import SCHEMA_ID, validate_spec
 from .source import DEFAULT_MAX_BYTES, SpecDocument
@@ -27,6 +27,7 @@ from .tracing import _forward_tie_last
 __all__ = ["PatchEntry", "Spec", "load_spec", "spec_from_model"]
 
 _DEFAULT_LAYERS_KEY = OutputRecorder.__dataclass_fields__["num_hidden_layers_key"].default
+_DTYPE_NAMES = {dtype: name for name, dtype in CAPTURE_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,12 @@ def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistr
         data["num_hidden_layers_key"] = recorder.num_hidden_layers_key
     if recorder.layers is not None:
         data["layers"] = list(recorder.layers)
+    if recorder.detach:
+        data["detach"] = True
+    if recorder.to is not None:
+        data["to"] = recorder.to
+    if recorder.dtype is not None:
+        data["dtype"] = _DTYPE_NAMES[recorder.dtype]
     return data
 
 
@@ -234,6 +241,9 @@ class _Resolver:
                 capture_initial_hidden_state=value.get("capture_initial_hidden_state", True),
                 num_hidden_layers_key=value.get("num_hidden_layers_key", _DEFAULT_LAYERS_KEY),
                 layers=None if layers is None else tuple(layers),
+                detach=value.get("detach", False),
+                to=value.get("to"),
+                dtype=value.get("dtype"),
             )
         except (TypeError, ValueError) as e:
             self.fail(path, str(e))
