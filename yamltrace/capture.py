@@ -13,6 +13,7 @@ from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from torch import nn
+from torch.compiler import is_compiling
 
 from .hooks import Collector, install_hooks, own_output_map, plan_hooks, remove_hooks
 from .recorder import OutputRecorder, normalize_output_map
@@ -86,6 +87,10 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
             output_map = own_output_map(self)
             output_map = output_map if isinstance(output_map, Mapping) else {}
             flags = requested_flags(output_map, kwargs, config)
+            if not flags and is_compiling():
+                # torch.compile cannot trace a ContextVar; compiled code records nothing here anyway.
+                outputs = forward(self, *args, **kwargs)
+                return outputs.to_tuple() if return_dict is False else outputs
             if not flags:
                 token = _active_collector.set(_NO_CAPTURE)
                 try:

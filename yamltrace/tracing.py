@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from torch import nn
+from torch.compiler import is_compiling
 
 from .capture import tie_last_hidden_state
 from .hooks import Collector, install_hooks, own_output_map, plan_hooks, remove_hooks
@@ -29,8 +30,24 @@ __all__ = ["trace", "Captures"]
 _active_traces: ContextVar[tuple[Collector, ...]] = ContextVar("yamltrace_active_traces", default=())
 
 
-def _is_active(collector: Collector) -> bool:
-    return collector in _active_traces.get()
+class _Gate:
+    """Whether a trace's hooks record for the current call.
+
+    Eagerly, a trace records only the calls made in the context (thread) that entered it, read from a
+    ContextVar. While torch.compile traces the hooks, a ContextVar cannot be read; the gate is then
+    a plain flag that is true while the block is open, so compiled code records calls from every
+    thread (documented in docs/capture.md).
+    """
+
+    __slots__ = ("open",)
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def __call__(self, collector: Collector) -> bool:
+        if is_compiling():
+            return self.open
+        return collector in _active_traces.get()
 
 
 class Captures(Mapping[str, tuple]):
@@ -41,14 +58,13 @@ class Captures(Mapping[str, tuple]):
 
     def __init__(self, keys: tuple[str, ...]) -> None:
         self._keys = keys
-        self._steps: list[Mapping[str, tuple]] = []
+        # One dict of lists per finished step, appended by the root hook; kept as is (no conversion in
+        # the hook, which torch.compile may trace) and read only through the views below.
+        self._steps: list[dict[str, list[Any]]] = []
 
     @property
     def steps(self) -> tuple[Mapping[str, tuple], ...]:
-        return tuple(self._steps)
-
-    def _add_step(self, lists: dict[str, list[Any]]) -> None:
-        self._steps.append(MappingProxyType({k: tuple(lists[k]) for k in self._keys}))
+        return tuple(MappingProxyType({k: tuple(step[k]) for k in self._keys}) for step in self._steps)
 
     def __getitem__(self, key: str) -> tuple:
         if key not in self._keys:
@@ -175,6 +191,7 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
     selections = resolve_selections(tasks, keys, None, count_positions)
     collector = Collector(keys, selections)
     captures = Captures(keys)
+    is_active = _Gate()
     tie_last = _tie_last(model, options)
     depth = 0
 
@@ -183,22 +200,22 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
 
     def step_started(module: nn.Module, args: tuple) -> None:
         nonlocal depth
-        if _is_active(collector):
+        if is_active(collector):
             if depth == 0:
                 collector.lists = fresh_lists()
             depth += 1
 
     def step_finished(module: nn.Module, args: tuple, output: Any) -> None:
-        if _is_active(collector) and depth == 1:
+        if is_active(collector) and depth == 1:
             if tie_last and "hidden_states" in collector.lists:
                 tie_last_hidden_state(collector.lists["hidden_states"], output)
-            captures._add_step(collector.lists)
+            captures._steps.append(collector.lists)
             collector.lists = fresh_lists()
 
     def step_ended(module: nn.Module, args: tuple, output: Any) -> None:
         # Runs after step_finished, and also when the forward raised: a failed step is discarded.
         nonlocal depth
-        if _is_active(collector) and depth > 0:
+        if is_active(collector) and depth > 0:
             depth -= 1
             if depth == 0:
                 collector.lists = fresh_lists()
@@ -207,12 +224,13 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
     token = None
     try:
         handles.append(model.register_forward_pre_hook(step_started))
-        handles.extend(install_hooks(plan, collector, _is_active))
+        handles.extend(install_hooks(plan, collector, is_active))
         handles.append(model.register_forward_hook(step_finished))
         handles.append(model.register_forward_hook(step_ended, always_call=True))
         token = _active_traces.set(_active_traces.get() + (collector,))
         yield captures
     finally:
+        is_active.open = False
         if token is not None:
             _active_traces.reset(token)
         remove_hooks(handles)
