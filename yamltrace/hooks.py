@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.compiler import is_compiling
 from torch.nn.modules.module import register_module_module_registration_hook
 from torch.utils.hooks import RemovableHandle
 
@@ -119,7 +120,9 @@ def invalidate() -> None:
 
 
 def _on_module_registration(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
-    if module in _watched:
+    # Skipped while torch.compile traces a forward: registrations there build throwaway containers
+    # (a sliced ModuleList), and reading the weak set would make dynamo guard on its contents.
+    if not is_compiling() and module in _watched:
         invalidate()
 
 
@@ -234,18 +237,20 @@ class Collector:
 
     `selections` maps a key to the positions to keep; other positions are recorded as `None`, so no
     tensor is retained for them. A kept value goes through its entry's transform, if any; without one
-    the list holds the module's own object.
+    the list holds the module's own object. `starts` says where the current forward's values begin
+    in each list (a trace keeps every forward's values in one list); positions count from there.
     """
 
-    __slots__ = ("lists", "selections")
+    __slots__ = ("lists", "selections", "starts")
 
     def __init__(self, keys: Iterable[str], selections: dict[str, frozenset[int]] | None = None) -> None:
         self.lists: dict[str, list[Any]] = {k: [] for k in keys}
         self.selections = selections or {}
+        self.starts: dict[str, int] = {k: 0 for k in self.lists}
 
     def _append(self, key: str, values: list[Any], value: Any, transform: Transform | None) -> None:
         selection = self.selections.get(key)
-        if selection is not None and len(values) not in selection:
+        if selection is not None and len(values) - self.starts[key] not in selection:
             values.append(None)
         else:
             values.append(value if transform is None else transform(value))
@@ -264,7 +269,7 @@ class Collector:
                     f"which returned a tuple of {len(output)}. Fix the recorder's index."
                 )
             if key == "hidden_states":
-                if initial and not values:
+                if initial and len(values) == self.starts[key]:
                     first_input = args[0] if args else next(iter(kwargs.values()), None)
                     self._append(key, values, first_input, transform)
                 value = output[index] if is_tuple else output

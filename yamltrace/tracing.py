@@ -53,24 +53,30 @@ class _Gate:
 class Captures(Mapping[str, tuple]):
     """Read-only mapping `key -> tuple` of what a `trace` block captured, all steps concatenated.
 
-    `steps` holds one read-only mapping per call of the traced module, in call order.
+    `steps` holds one read-only mapping per finished call of the traced module, in call order.
     """
 
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        self._keys = keys
-        # One dict of lists per finished step, appended by the root hook; kept as is (no conversion in
-        # the hook, which torch.compile may trace) and read only through the views below.
-        self._steps: list[dict[str, list[Any]]] = []
+    def __init__(self, lists: dict[str, list[Any]], ends: list[tuple[int, ...]]) -> None:
+        # The trace's flat lists, and where each finished step ends in them (a step in progress or
+        # one that failed is not visible). Both are only ever changed in place by the trace's hooks.
+        self._keys = tuple(lists)
+        self._lists = lists
+        self._ends = ends
 
     @property
     def steps(self) -> tuple[Mapping[str, tuple], ...]:
-        return tuple(MappingProxyType({k: tuple(step[k]) for k in self._keys}) for step in self._steps)
+        views, start = [], (0,) * len(self._keys)
+        for end in self._ends:
+            views.append(MappingProxyType({k: tuple(self._lists[k][a:b]) for k, a, b in zip(self._keys, start, end)}))
+            start = end
+        return tuple(views)
 
     def __getitem__(self, key: str) -> tuple:
         if key not in self._keys:
             hint = difflib.get_close_matches(key, self._keys, n=1)
             raise KeyError(f"{key!r} was not traced; traced keys: {list(self._keys)}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
-        return tuple(value for step in self._steps for value in step[key])
+        end = self._ends[-1][self._keys.index(key)] if self._ends else 0
+        return tuple(self._lists[key][:end])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
@@ -80,7 +86,7 @@ class Captures(Mapping[str, tuple]):
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}: {len(self[k])}" for k in self._keys)
-        return f"Captures({len(self._steps)} step(s); {counts})"
+        return f"Captures({len(self._ends)} step(s); {counts})"
 
 
 def _forward_tie_last(model: nn.Module) -> bool | None:
@@ -190,27 +196,33 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
 
     selections = resolve_selections(tasks, keys, None, count_positions)
     collector = Collector(keys, selections)
-    captures = Captures(keys)
+    lists, starts = collector.lists, collector.starts
+    ends: list[tuple[int, ...]] = []
+    captures = Captures(lists, ends)
     is_active = _Gate()
-    tie_last = _tie_last(model, options)
+    tie_last = _tie_last(model, options) and "hidden_states" in lists
     depth = 0
 
-    def fresh_lists() -> dict[str, list[Any]]:
-        return {k: [] for k in keys}
+    # Steps are kept in place (no new containers inside the hooks, which torch.compile may trace):
+    # a finished step moves `starts` to the lists' ends; an unfinished one is cut off.
+    def discard_unfinished() -> None:
+        for key in keys:
+            del lists[key][starts[key] :]
 
     def step_started(module: nn.Module, args: tuple) -> None:
         nonlocal depth
         if is_active(collector):
             if depth == 0:
-                collector.lists = fresh_lists()
+                discard_unfinished()
             depth += 1
 
     def step_finished(module: nn.Module, args: tuple, output: Any) -> None:
         if is_active(collector) and depth == 1:
-            if tie_last and "hidden_states" in collector.lists:
-                tie_last_hidden_state(collector.lists["hidden_states"], output)
-            captures._steps.append(collector.lists)
-            collector.lists = fresh_lists()
+            if tie_last and len(lists["hidden_states"]) > starts["hidden_states"]:
+                tie_last_hidden_state(lists["hidden_states"], output)
+            ends.append(tuple([len(lists[key]) for key in keys]))
+            for key in keys:
+                starts[key] = len(lists[key])
 
     def step_ended(module: nn.Module, args: tuple, output: Any) -> None:
         # Runs after step_finished, and also when the forward raised: a failed step is discarded.
@@ -218,7 +230,7 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
         if is_active(collector) and depth > 0:
             depth -= 1
             if depth == 0:
-                collector.lists = fresh_lists()
+                discard_unfinished()
 
     handles = []
     token = None
