@@ -595,3 +595,17 @@ def test_options_apply_through_trace(toy, x) -> None:
         toy(x)
     assert all(t.dtype == torch.float16 and not t.requires_grad for t in captures["attentions"])
     assert_tensors_equal(captures["attentions"], [t.half() for t in reference_weights])
+
+
+def test_options_apply_to_the_tied_last_hidden_state(toy, x) -> None:
+    reference = toy(x, **FLAGS)
+    toy._can_record_outputs = options_map(detach=True, dtype=torch.float16)
+    with torch.enable_grad():
+        out = toy(x, **FLAGS)
+    assert all(t.dtype == torch.float16 and not t.requires_grad for t in out.hidden_states)
+    assert torch.equal(out.hidden_states[-1], reference.last_hidden_state.half())
+    assert out.last_hidden_state.requires_grad and out.last_hidden_state.dtype == torch.float32
+    with trace(toy) as captures, torch.enable_grad():
+        toy(x)
+    assert torch.equal(captures["hidden_states"][-1], reference.last_hidden_state.half())
+    assert not captures["hidden_states"][-1].requires_grad

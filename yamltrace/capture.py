@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from torch import nn
 from torch.compiler import is_compiling
 
-from .hooks import Collector, install_hooks, own_output_map, plan_hooks, remove_hooks
+from .hooks import Collector, Transform, install_hooks, own_output_map, plan_hooks, remove_hooks
 from .recorder import OutputRecorder, normalize_output_map
 from .selection import resolve_selections
 
@@ -48,17 +48,22 @@ def requested_flags(keys: Any, kwargs: dict[str, Any], config: Any) -> dict[str,
     return flags
 
 
-def tie_last_hidden_state(hidden_states: list[Any], output: Any) -> None:
-    """Replace the last captured hidden state by the output's final one (post norm), in place."""
+def tie_last_hidden_state(hidden_states: list[Any], output: Any, transform: Transform | None = None) -> None:
+    """Replace the last captured hidden state by the output's final one (post norm), in place.
+
+    `transform` is what the recorder did to the value it replaces (detach, move, cast).
+    """
     if not hidden_states or hidden_states[-1] is None:
         return
     for field in ("vision_hidden_states", "last_hidden_state"):
         if hasattr(output, field):
-            hidden_states[-1] = getattr(output, field)
-            return
-        if isinstance(output, dict) and field in output:
-            hidden_states[-1] = output[field]
-            return
+            final = getattr(output, field)
+        elif isinstance(output, dict) and field in output:
+            final = output[field]
+        else:
+            continue
+        hidden_states[-1] = final if transform is None else transform(final)
+        return
 
 
 def _layer_count(config: Any) -> Callable[[str, OutputRecorder], int | None]:
@@ -114,7 +119,7 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
                 if key == "hidden_states":
                     tie_last = getattr(config, "tie_last_hidden_states", None)
                     if (tie_last_hidden_states if tie_last is None else tie_last):
-                        tie_last_hidden_state(values, outputs)
+                        tie_last_hidden_state(values, outputs, collector.last_transform.get(key))
                 outputs[key] = tuple(values)
             return outputs.to_tuple() if return_dict is False else outputs
 

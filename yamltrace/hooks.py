@@ -241,12 +241,15 @@ class Collector:
     in each list (a trace keeps every forward's values in one list); positions count from there.
     """
 
-    __slots__ = ("lists", "selections", "starts")
+    __slots__ = ("lists", "selections", "starts", "last_transform")
 
     def __init__(self, keys: Iterable[str], selections: dict[str, frozenset[int]] | None = None) -> None:
         self.lists: dict[str, list[Any]] = {k: [] for k in keys}
         self.selections = selections or {}
         self.starts: dict[str, int] = {k: 0 for k in self.lists}
+        # The transform applied to each key's latest kept value, so a value that replaces it later
+        # (the tied last hidden state) gets the same treatment.
+        self.last_transform: dict[str, Transform | None] = {}
 
     def _append(self, key: str, values: list[Any], value: Any, transform: Transform | None) -> None:
         selection = self.selections.get(key)
@@ -254,6 +257,7 @@ class Collector:
             values.append(None)
         else:
             values.append(value if transform is None else transform(value))
+            self.last_transform[key] = transform
 
     def record(self, path: str, entries: tuple[Entry, ...], args: tuple, kwargs: dict, output: Any) -> None:
         """Record `output` (and, for the first hidden state, the module's input) for each entry."""

@@ -301,7 +301,5 @@ def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
     output_map: CaptureMap | None = getattr(cls_or_model, "_can_record_outputs", None)
     if not isinstance(output_map, Mapping) or not output_map:
         raise ValueError(f"{model_cls.__name__} declares no _can_record_outputs, so there is no spec to export.")
-    # _forward_tie_last reads the forward of an instance's class; a stand-in type carries the class's forward.
-    forward_holder = type(model_cls.__name__, (), {"forward": getattr(model_cls, "forward", None)})()
-    options = {"tie_last_hidden_states": False} if _forward_tie_last(forward_holder) is False else {}
+    options = {"tie_last_hidden_states": False} if _forward_tie_last(model_cls) is False else {}
     return Spec(outputs=output_map, options=options, model=model_cls.__name__)

@@ -89,12 +89,13 @@ class Captures(Mapping[str, tuple]):
         return f"Captures({len(self._ends)} step(s); {counts})"
 
 
-def _forward_tie_last(model: nn.Module) -> bool | None:
-    """The `tie_last_hidden_states` argument of the capture decorator on `model.forward`, if any.
+def _forward_tie_last(model: nn.Module | type[nn.Module]) -> bool | None:
+    """The `tie_last_hidden_states` argument of the capture decorator on the model class's `forward`.
 
-    Reads yamltrace's marker, or the closure of transformers' `capture_outputs` wrapper.
+    Reads yamltrace's marker, or the closure of transformers' `capture_outputs` wrapper; None if the
+    forward has no capture decorator.
     """
-    func = getattr(type(model), "forward", None)
+    func = getattr(model if isinstance(model, type) else type(model), "forward", None)
     while func is not None:
         marker = getattr(func, "__yamltrace_tie_last_hidden_states__", None)
         if marker is not None:
@@ -219,7 +220,7 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
     def step_finished(module: nn.Module, args: tuple, output: Any) -> None:
         if is_active(collector) and depth == 1:
             if tie_last and len(lists["hidden_states"]) > starts["hidden_states"]:
-                tie_last_hidden_state(lists["hidden_states"], output)
+                tie_last_hidden_state(lists["hidden_states"], output, collector.last_transform.get("hidden_states"))
             ends.append(tuple([len(lists[key]) for key in keys]))
             for key in keys:
                 starts[key] = len(lists[key])
