@@ -230,3 +230,10 @@ def test_pre_commit_hook_definition() -> None:
         assert files.search(path), path
     for path in [".github/workflows/ci.yml", "config.yaml", "my-yamltrace.yaml", "specs/readme.md"]:
         assert not files.search(path), path
+
+
+def test_the_yamltrace_console_script_is_installed() -> None:
+    from importlib.metadata import entry_points
+
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+    assert scripts.get("yamltrace") == "yamltrace.cli:main"
