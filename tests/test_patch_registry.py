@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import pytest
+from _specs import patch_spec
 from torch import nn
 
 from yamltrace.patch_registry import (
@@ -197,23 +197,11 @@ def test_concurrent_claims_of_one_key_let_exactly_one_win():
     assert registry.get()["Shared"] in classes
 
 
-@dataclass(frozen=True)
-class Entry:
-    pattern: str
-    replacement: type
-    device: str | None = None
-
-
-@dataclass(frozen=True)
-class FakeSpec:
-    patches: tuple[Entry, ...]
-
-
 def test_resolve_mapping_reads_the_registry_a_mapping_or_a_spec():
     register_patch_mapping({"X": A})
     assert resolve_mapping(None) == {"X": A}
     assert resolve_mapping({"Y": B}) == {"Y": B}
-    spec = FakeSpec((Entry("Attn", A, "cuda"), Entry("Attn2", B, "cpu"), Entry("MLP", C)))
+    spec = patch_spec(("Attn", A, "cuda"), ("Attn2", B, "cpu"), ("MLP", C))
     assert resolve_mapping(spec, "cpu") == {"Attn2": B, "MLP": C}
     assert resolve_mapping(spec, "cuda") == {"Attn": A, "MLP": C}
     assert list(resolve_mapping(spec, "mps")) == ["MLP"]
@@ -223,6 +211,6 @@ def test_resolve_mapping_checks_replacements_and_types():
     with pytest.raises(TypeError, match="must be a subclass of torch.nn.Module"):
         resolve_mapping({"X": int})
     with pytest.raises(TypeError, match="must be a class"):
-        resolve_mapping(FakeSpec((Entry("X", "not.a.Class"),)))  # type: ignore[arg-type]
+        resolve_mapping(patch_spec(("X", "not.a.Class")))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="Expected a patch mapping"):
         resolve_mapping(["X"])

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import pytest
+from _specs import patch_spec
 import torch
 from torch import nn
 
@@ -73,18 +73,6 @@ class StatefulAttention(TinyAttention):
 
 class LinearSubclass(nn.Linear):
     pass
-
-
-@dataclass(frozen=True)
-class Entry:
-    pattern: str
-    replacement: type
-    device: str | None = None
-
-
-@dataclass(frozen=True)
-class FakeSpec:
-    patches: tuple[Entry, ...]
 
 
 def attention_classes(model: nn.Module) -> list[type]:
@@ -192,7 +180,7 @@ def test_nested_blocks_restore_in_order():
 
 
 def test_spec_entries_apply_on_their_device_only():
-    spec = FakeSpec((Entry("TinyAttention", SdpaTinyAttention, "cuda"), Entry("TinyMLP", type("M", (TinyMLP,), {}), "cpu")))
+    spec = patch_spec(("TinyAttention", SdpaTinyAttention, "cuda"), ("TinyMLP", type("M", (TinyMLP,), {}), "cpu"))
     model = build(mapping=spec, device="cpu")
     assert attention_classes(model) == [TinyAttention] * 4
     assert all(type(layer.mlp).__name__ == "M" for layer in model.layers)
@@ -433,7 +421,7 @@ def test_patch_model_rolls_back_when_from_module_fails_midway(tiny):
 
 
 def test_patch_model_selects_spec_entries_by_the_model_device(tiny):
-    spec = FakeSpec((Entry("TinyAttention", SdpaTinyAttention, "cuda"), Entry("TinyMLP", type("M", (TinyMLP,), {}), "cpu")))
+    spec = patch_spec(("TinyAttention", SdpaTinyAttention, "cuda"), ("TinyMLP", type("M", (TinyMLP,), {}), "cpu"))
     handle = patch_model(tiny, spec)
     assert {r.path.rsplit(".", 1)[1] for r in handle.replaced} == {"mlp"}
     handle.remove()
