@@ -191,3 +191,34 @@ def test_trace_of_a_loaded_model_follows_recorders_to_replacements(tmp_path, inp
     own = loaded(input_ids, output_mlp=True)["mlp"]
     assert len(own) == 4 and all(torch.equal(a, b) for a, b in zip(captures["mlp"], own))
     assert loaded.yamltrace_spec.outputs["mlp"][0].target_class is TinyMLP
+
+
+PLUGINS = Path(__file__).parent / "data" / "plugins"
+
+
+@pytest.fixture
+def plugin_path(monkeypatch: pytest.MonkeyPatch):
+    """tests/data/plugins on sys.path; its modules are forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    yield
+    for name in [m for m in sys.modules if m == "ytplugins" or m.startswith("ytplugins.")]:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("weights_ok", [True, False], ids=["load succeeds", "weights fail"])
+def test_modules_the_spec_imported_are_forgotten_only_when_the_load_fails(checkpoint, plugin_path, weights_ok) -> None:
+    from safetensors.torch import load_file, save_file
+
+    _write_spec(checkpoint, "yamltrace: 1\noutputs:\n  probe: ytplugins.side_effect:SideEffectLayer\n")
+    if not weights_ok:
+        weights = load_file(str(checkpoint / "model.safetensors"))
+        weights.pop("norm.weight")
+        save_file(weights, str(checkpoint / "model.safetensors"))
+    assert "ytplugins.side_effect" not in sys.modules
+    if weights_ok:
+        TinyModel.from_pretrained(checkpoint, trust_imports=True)
+        assert "ytplugins.side_effect" in sys.modules
+    else:
+        with pytest.raises(ValueError, match="missing keys"):
+            TinyModel.from_pretrained(checkpoint, trust_imports=True)
+        assert not [m for m in sys.modules if m.startswith("ytplugins")]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +91,25 @@ def checkpoint_spec(
 
 
 @contextlib.contextmanager
-def _all_or_nothing() -> Iterator[None]:
-    """On failure, forget the modules imported meanwhile, so a failed load leaves `sys.modules` as it was."""
+def _spec_imports_undone_on_failure() -> Iterator[Callable[[], None]]:
+    """On failure, forget the modules the spec's resolution imported, so `sys.modules` is as it was.
+
+    Yields a function to call once the spec is resolved. Modules that torch or transformers import
+    lazily afterwards, while building or loading, are left alone: removing those would leave two
+    copies of one library module in the process.
+    """
     before = set(sys.modules)
+    spec_imports: set[str] | None = None
+
+    def spec_resolved() -> None:
+        nonlocal spec_imports
+        spec_imports = set(sys.modules) - before
+
     try:
-        yield
+        yield spec_resolved
     except BaseException:
-        for name in set(sys.modules) - before:
-            del sys.modules[name]
+        for name in (set(sys.modules) - before) if spec_imports is None else spec_imports:
+            sys.modules.pop(name, None)
         raise
 
 
@@ -193,8 +204,9 @@ def load_yamltrace_model(
     if not (directory / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{directory} is not a checkpoint: {CONFIG_FILE} is missing.")
     config = cls.config_class.load(directory / CONFIG_FILE)
-    with _all_or_nothing():
+    with _spec_imports_undone_on_failure() as spec_resolved:
         resolved = checkpoint_spec(cls, directory, spec=spec, overrides=overrides, trust_imports=trust_imports)
+        spec_resolved()
         weights = _weights_file(directory)
         with apply_patches(resolved or {}, modules=cls, device=_device_type(device) or "cpu"):
             model = cls(config)
@@ -247,8 +259,9 @@ def from_pretrained(
     model_cls = _transformers_model_class(cls, path)
     if dtype is not None:
         kwargs["dtype"] = dtype
-    with _all_or_nothing():
+    with _spec_imports_undone_on_failure() as spec_resolved:
         resolved = checkpoint_spec(model_cls, path, spec=spec, overrides=overrides, trust_imports=trust_imports)
+        spec_resolved()
         with apply_patches(resolved or {}, modules=model_cls, device=_device_type(device) or "cpu"):
             model = cls.from_pretrained(path, **kwargs)
     if device is not None:
