@@ -204,15 +204,44 @@ def load_yamltrace_model(
     if not (directory / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{directory} is not a checkpoint: {CONFIG_FILE} is missing.")
     config = cls.config_class.load(directory / CONFIG_FILE)
-    with _spec_imports_undone_on_failure() as spec_resolved:
-        resolved = checkpoint_spec(cls, directory, spec=spec, overrides=overrides, trust_imports=trust_imports)
-        spec_resolved()
-        weights = _weights_file(directory)
-        with apply_patches(resolved or {}, modules=cls, device=_device_type(device) or "cpu"):
-            model = cls(config)
-        _load_strict(model, _read_weights(weights), weights)
+    weights = _weights_file(directory)
+    model, resolved = _build_under_spec(
+        cls,
+        directory,
+        lambda: cls(config),
+        lambda model: _load_strict(model, _read_weights(weights), weights),
+        spec=spec,
+        overrides=overrides,
+        trust_imports=trust_imports,
+        device=device,
+    )
     model.to(device=device, dtype=dtype)
     return _attach(model, resolved, device)
+
+
+def _build_under_spec(
+    model_cls: type,
+    directory: str | os.PathLike[str],
+    construct: Callable[[], nn.Module],
+    finish: Callable[[nn.Module], None] | None = None,
+    *,
+    spec: SpecSource | None,
+    overrides: SpecSource | None,
+    trust_imports: bool,
+    device: str | torch.device | None,
+) -> tuple[nn.Module, Spec | None]:
+    """Resolve the checkpoint's spec, `construct` the model under its patches, then `finish` it.
+
+    All or nothing: on failure the patched classes are back and the spec's imports are forgotten.
+    """
+    with _spec_imports_undone_on_failure() as spec_resolved:
+        resolved = checkpoint_spec(model_cls, directory, spec=spec, overrides=overrides, trust_imports=trust_imports)
+        spec_resolved()
+        with apply_patches(resolved or {}, modules=model_cls, device=_device_type(device) or "cpu"):
+            model = construct()
+        if finish is not None:
+            finish(model)
+    return model, resolved
 
 
 def _transformers_model_class(cls: type, directory: str | os.PathLike[str]) -> type:
@@ -259,11 +288,15 @@ def from_pretrained(
     model_cls = _transformers_model_class(cls, path)
     if dtype is not None:
         kwargs["dtype"] = dtype
-    with _spec_imports_undone_on_failure() as spec_resolved:
-        resolved = checkpoint_spec(model_cls, path, spec=spec, overrides=overrides, trust_imports=trust_imports)
-        spec_resolved()
-        with apply_patches(resolved or {}, modules=model_cls, device=_device_type(device) or "cpu"):
-            model = cls.from_pretrained(path, **kwargs)
+    model, resolved = _build_under_spec(
+        model_cls,
+        path,
+        lambda: cls.from_pretrained(path, **kwargs),
+        spec=spec,
+        overrides=overrides,
+        trust_imports=trust_imports,
+        device=device,
+    )
     if device is not None:
         model.to(device)
     return _attach(model, resolved, device)
