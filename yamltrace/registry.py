@@ -74,14 +74,6 @@ class ImportPolicy:
         )
 
 
-@dataclass(frozen=True)
-class _Search:
-    """Where a resolution looked, for the error message and the suggestions."""
-
-    modules: tuple[ModuleType, ...]
-    names: tuple[str, ...]
-
-
 class ClassRegistry:
     """Named classes for specs, plus lazy plugins from an entry-point group; resolves spec class references.
 
