@@ -1,0 +1,155 @@
+"""Forward interception: listeners see inputs and output, the module's __dict__ is restored exactly,
+sessions share a module, other libraries' wrappers survive, copies are pass-throughs."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import io
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+from yamltrace.intercept import intercept
+
+
+class Scale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor(2.0))
+        self.fail = False
+
+    def forward(self, x: torch.Tensor, *, shift: float = 0.0) -> torch.Tensor:
+        if self.fail:
+            raise RuntimeError("on purpose")
+        return x * self.weight + shift
+
+
+def recorder(log: list):
+    def listener(context, args, kwargs, output):
+        log.append((context, args, dict(kwargs), output))
+
+    return listener
+
+
+def test_listener_sees_context_inputs_and_output_and_the_dict_is_restored() -> None:
+    module, log, x = Scale(), [], torch.ones(2)
+    before = dict(module.__dict__)
+    handle = intercept([(module, recorder(log), "ctx")])
+    out = module(x, shift=1.0)
+    assert torch.equal(out, torch.full((2,), 3.0))
+    (context, args, kwargs, output), = log
+    assert context == "ctx" and args[0] is x and kwargs == {"shift": 1.0} and output is out
+    handle.remove()
+    handle.remove()  # idempotent
+    assert module.__dict__ == before and "forward" not in module.__dict__
+    module(x)
+    assert len(log) == 1
+
+
+def test_two_sessions_share_a_module_and_each_removal_takes_only_its_listener() -> None:
+    module, first, second = Scale(), [], []
+    a = intercept([(module, recorder(first), "a")])
+    b = intercept([(module, recorder(second), "b")])
+    module(torch.ones(1))
+    a.remove()
+    module(torch.ones(1))
+    assert [c for c, *_ in first] == ["a"] and [c for c, *_ in second] == ["b", "b"]
+    assert "forward" in module.__dict__
+    b.remove()
+    assert "forward" not in module.__dict__
+
+
+def test_an_existing_instance_forward_is_called_and_put_back() -> None:
+    module, log = Scale(), []
+    own = functools.partial(Scale.forward, module, shift=10.0)
+    module.forward = own
+    handle = intercept([(module, recorder(log), None)])
+    assert torch.equal(module(torch.ones(1)), torch.tensor([12.0]))
+    handle.remove()
+    assert module.__dict__["forward"] is own and len(log) == 1
+
+
+@pytest.mark.parametrize("wraps", [True, False])
+def test_a_wrapper_set_over_ours_keeps_working_after_removal(wraps: bool) -> None:
+    module, log, calls = Scale(), [], []
+    handle = intercept([(module, recorder(log), None)])
+    inner = module.forward
+
+    def theirs(*args, **kwargs):
+        calls.append(1)
+        return inner(*args, **kwargs)
+
+    wrapper = functools.wraps(inner)(theirs) if wraps else theirs
+    module.forward = wrapper
+    module(torch.ones(1))
+    handle.remove()
+    assert module.__dict__["forward"] is wrapper
+    assert torch.equal(module(torch.ones(1)), torch.tensor([2.0]))
+    assert len(calls) == 2 and len(log) == 1  # ours passes through, records nothing
+    again = intercept([(module, recorder(log), None)])
+    module(torch.ones(1))
+    again.remove()
+    assert len(log) == 2 and len(calls) == 3
+
+
+def test_an_exception_in_forward_skips_listeners_and_removal_still_restores() -> None:
+    module, log = Scale(), []
+    module.fail = True
+    handle = intercept([(module, recorder(log), None)])
+    with pytest.raises(RuntimeError, match="on purpose"):
+        module(torch.ones(1))
+    handle.remove()
+    assert log == [] and "forward" not in module.__dict__
+
+
+def test_a_deep_copy_made_while_intercepted_runs_its_own_weights_and_records_nothing() -> None:
+    module, log = Scale(), []
+    handle = intercept([(module, recorder(log), None)])
+    twin = copy.deepcopy(module)
+    with torch.no_grad():
+        twin.weight.fill_(5.0)
+    assert torch.equal(twin(torch.ones(1)), torch.tensor([5.0]))
+    assert log == []
+    assert torch.equal(module(torch.ones(1)), torch.tensor([2.0])) and len(log) == 1
+    handle.remove()
+
+
+def test_a_module_pickled_while_intercepted_loads_as_a_pass_through() -> None:
+    module, log = Scale(), []
+    handle = intercept([(module, recorder(log), None)])
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    handle.remove()
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert torch.equal(loaded(torch.ones(1)), torch.tensor([2.0])) and log == []
+
+
+def test_concurrent_installs_and_removals_leave_nothing_behind() -> None:
+    modules = [Scale() for _ in range(8)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8)
+
+    def work() -> None:
+        try:
+            barrier.wait()
+            for _ in range(200):
+                log: list = []
+                handle = intercept([(m, recorder(log), None) for m in modules])
+                for m in modules:
+                    m(torch.ones(1))
+                handle.remove()
+                assert len(log) >= len(modules)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert not any("forward" in m.__dict__ for m in modules)
