@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from _footprint import hook_count
 from yamltrace.capture import _active_collector, capture_outputs
 from yamltrace.config import Config
 from yamltrace.hooks import Collector
@@ -126,12 +127,6 @@ def assert_tensors_equal(actual: tuple, expected: list) -> None:
         else:
             assert torch.equal(a, e)
 
-
-def hook_count(model: nn.Module) -> int:
-    """Forward (pre-)hooks on every module of `model`."""
-    return sum(
-        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_always_called) for m in model.modules()
-    )
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from transformers.utils.output_capturing import capture_outputs as hf_capture_outputs
 
+from _footprint import hook_count
 from _oracle import CASES, TOY_DIM, Case, ToyConfig, build_pair, make_composite, make_normed
 from yamltrace.capture import capture_outputs
 from yamltrace.recorder import OutputRecorder, normalize_output_map
@@ -22,11 +23,6 @@ pytestmark = pytest.mark.oracle
 
 FLAGS = {"output_hidden_states": True, "output_attentions": True}
 
-
-def hook_count(model: nn.Module) -> int:
-    return sum(
-        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_always_called) for m in model.modules()
-    )
 
 
 def assert_same(actual: Any, expected: Any, where: str = "output") -> None:

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from _footprint import hook_count
 from yamltrace.tiny import TinyModel
 from yamltrace.tracing import trace
 
@@ -36,11 +37,6 @@ TRACE_KEYS = [["hidden_states"], ["attentions"], None, ["attentions", "hidden_st
 
 Result = dict[str, tuple]
 
-
-def hook_count(model: nn.Module) -> int:
-    return sum(
-        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_always_called) for m in model.modules()
-    )
 
 
 def no_sync() -> None:

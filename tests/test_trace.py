@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from _footprint import hook_count
 from yamltrace.capture import capture_outputs
 from yamltrace.config import Config
 from yamltrace.modeling import merge_with_config_defaults
@@ -16,11 +17,6 @@ from yamltrace.recorder import OutputRecorder
 from yamltrace.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import _active_traces, trace
 
-
-def hook_count(model: nn.Module) -> int:
-    return sum(
-        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_always_called) for m in model.modules()
-    )
 
 
 def assert_all_equal(actual: tuple, expected: tuple) -> None:
@@ -221,16 +217,3 @@ def test_trace_and_capture_outputs_do_not_interfere(tiny, input_ids) -> None:
     assert own.attentions is None and len(own.hidden_states) == tiny.config.num_hidden_layers + 1
     assert len(captures["attentions"]) == tiny.config.num_hidden_layers
     assert Config().output_attentions is False
-
-
-def test_a_compiled_module_is_refused_with_the_alternative(seq, x) -> None:
-    torch._dynamo.reset()
-    try:
-        compiled = torch.compile(seq, backend="eager")
-        compiled(x)
-        with pytest.raises(TypeError, match=r"torch\.compile'd module.*Trace the original module"):
-            with trace(compiled, {"linear": nn.Linear}):
-                pass
-        assert hook_count(seq) == 0
-    finally:
-        torch._dynamo.reset()

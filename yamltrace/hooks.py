@@ -1,9 +1,10 @@
 """The hook engine: which modules to hook for a capture map, and what a hook records.
 
-A capture session (one decorated forward, or one `trace` block) owns a `Collector` and installs its
-own forward hooks for exactly as long as it runs, so a model whose capture is off carries no hooks at
-all. A hook records only when its session is the active one in the calling context (a `ContextVar`),
-which keeps threads and nested models apart.
+A capture session (one decorated forward, or one `trace` block) owns a `Collector` and hooks the
+planned modules for exactly as long as it runs, so a model whose capture is off carries nothing at
+all. A hook is a listener on the module's forward (`yamltrace.intercept`), cheaper than a torch
+forward hook; it records only when its session is the active one in the calling context (a
+`ContextVar`), which keeps threads and nested models apart.
 
 Plans are cached per root module (`plan_hooks`, `invalidate`), so a repeated capture on an unchanged
 model does not walk it again.
@@ -20,8 +21,8 @@ import torch
 from torch import nn
 from torch.compiler import is_compiling
 from torch.nn.modules.module import register_module_module_registration_hook
-from torch.utils.hooks import RemovableHandle
 
+from .intercept import Interception, intercept
 from .recorder import CaptureMap, OutputRecorder, normalize_output_map
 
 __all__ = ["Collector", "HookPlan", "plan_hooks", "install_hooks", "invalidate", "own_output_map", "resolve_positions"]
@@ -285,57 +286,23 @@ class Collector:
                 self._append(key, values, output[index], transform)
 
 
-def install_hooks(plan: HookPlan, collector: Collector, is_active: Callable[[Collector], bool]) -> list[RemovableHandle]:
-    """Install one forward hook per planned module, recording into `collector` while `is_active` says so.
+def install_hooks(plan: HookPlan, collector: Collector, is_active: Callable[[Collector], bool]) -> list[Interception]:
+    """Intercept each planned module's forward, recording into `collector` while `is_active` says so.
 
-    A hook receives the module's keyword arguments only where an entry may record the module's input
-    as the initial hidden state (passed by keyword when there is no positional argument).
+    Interception (`yamltrace.intercept`) rather than forward hooks: a capture installs its listeners for
+    every capturing forward, and a listener costs less to install and to call than a hook.
     """
-    handles: list[RemovableHandle] = []
-    try:
-        for module, path, entries in plan:
-            with_kwargs = _needs_input(entries)
-            hook = _make_hook(collector, path, entries, is_active, with_kwargs)
-            handles.append(module.register_forward_hook(hook, with_kwargs=with_kwargs))
-    except BaseException:
-        remove_hooks(handles)
-        raise
-    return handles
+    record = collector.record
+
+    def listener(row: tuple[nn.Module, str, tuple[Entry, ...]], args: tuple, kwargs: dict, output: Any) -> None:
+        if is_active(collector):
+            record(row[1], row[2], args, kwargs, output)
+
+    return [intercept([(row[0], listener, row) for row in plan])]
 
 
-def remove_hooks(handles: list[RemovableHandle]) -> None:
-    """Remove every hook in `handles` (idempotent)."""
+def remove_hooks(handles: list[Any]) -> None:
+    """Remove every listener or hook in `handles` (idempotent)."""
     for handle in handles:
         handle.remove()
     handles.clear()
-
-
-def _needs_input(entries: tuple[Entry, ...]) -> bool:
-    """Whether an entry may record the module's input (the initial hidden state)."""
-    for key, _, initial, _ in entries:
-        if initial and key == "hidden_states":
-            return True
-    return False
-
-
-_NO_KWARGS: dict[str, Any] = {}
-
-
-def _make_hook(
-    collector: Collector, path: str, entries: tuple[Entry, ...], is_active: Callable[[Collector], bool], with_kwargs: bool
-) -> Callable[..., None]:
-    record = collector.record
-
-    if with_kwargs:
-
-        def hook_with_kwargs(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-            if is_active(collector):
-                record(path, entries, args, kwargs, output)
-
-        return hook_with_kwargs
-
-    def hook(module: nn.Module, args: tuple, output: Any) -> None:
-        if is_active(collector):
-            record(path, entries, args, _NO_KWARGS, output)
-
-    return hook
