@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from _footprint import hook_count
 from yamltrace.recorder import OutputRecorder
 from yamltrace.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import trace
@@ -36,7 +37,7 @@ def test_fullgraph_trace_equals_eager_and_keeps_steps_apart(tiny: TinyModel, inp
     for key in ("hidden_states", "attentions"):
         assert _same(captures.steps[0][key], eager[key])
         assert len(captures[key]) == 2 * len(eager[key])
-    assert not any(m._forward_hooks or m._forward_pre_hooks for m in tiny.modules())
+    assert hook_count(tiny) == 0
 
 
 def test_fullgraph_trace_of_a_decorated_model_with_layer_selection(input_ids) -> None:
@@ -65,3 +66,60 @@ def test_fullgraph_trace_of_transformers_llama_equals_its_own_outputs(input_ids)
             torch.compile(model, backend="eager", fullgraph=True)(input_ids)
     assert _same(captures["hidden_states"], own.hidden_states)
     assert _same(captures["attentions"], own.attentions)
+
+
+def test_a_model_compiled_and_called_before_the_block_is_captured_without_recompiling_per_block(
+    tiny: TinyModel, input_ids
+) -> None:
+    from torch._dynamo.utils import counters
+
+    with torch.no_grad():
+        with trace(tiny) as eager:
+            tiny(input_ids)
+        compiled = torch.compile(tiny, backend="eager", fullgraph=True)
+        compiled(input_ids)
+        graphs = []
+        for _ in range(3):
+            with trace(tiny) as captures:
+                compiled(input_ids)
+            graphs.append(counters["stats"]["unique_graphs"])
+            for key in ("hidden_states", "attentions"):
+                assert _same(captures[key], eager[key])
+        compiled(input_ids)
+    # One graph without the interceptors, one with them: later blocks reuse it.
+    assert graphs[0] == graphs[1] == graphs[2]
+    assert hook_count(tiny) == 0
+
+
+def test_trace_accepts_the_module_torch_compile_returned(tiny: TinyModel, input_ids) -> None:
+    with torch.no_grad():
+        with trace(tiny) as eager:
+            tiny(input_ids)
+        compiled = torch.compile(tiny, backend="eager")
+        compiled(input_ids)
+        with trace(compiled) as captures:
+            compiled(input_ids)
+            compiled(input_ids)
+    assert len(captures.steps) == 2
+    for key in ("hidden_states", "attentions"):
+        assert _same(captures.steps[1][key], eager[key])
+    assert hook_count(tiny) == 0
+
+
+def test_trace_of_a_compiled_model_follows_its_decorator_tie_last_argument(input_ids) -> None:
+    import inspect
+
+    from yamltrace.capture import capture_outputs
+
+    class PreNormLast(TinyModel):
+        forward = capture_outputs(tie_last_hidden_states=False)(inspect.unwrap(TinyModel.forward))
+
+    torch.manual_seed(0)
+    model = PreNormLast(TinyConfig(num_hidden_layers=2)).eval()
+    with torch.no_grad():
+        own = model(input_ids, output_hidden_states=True)
+        compiled = torch.compile(model, backend="eager")
+        with trace(compiled) as captures:
+            compiled(input_ids)
+    assert not torch.equal(own.hidden_states[-1], own.last_hidden_state)
+    assert _same(captures["hidden_states"], own.hidden_states)

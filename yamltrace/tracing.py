@@ -108,21 +108,15 @@ def _forward_tie_last(model: nn.Module | type[nn.Module]) -> bool | None:
     return None
 
 
-def _reject_compiled(model: nn.Module) -> None:
-    """Refuse a `torch.compile`d module: its compiled code would never call the block's hooks.
+def _uncompiled(model: nn.Module) -> nn.Module:
+    """The module `torch.compile` wrapped, for `model` as `torch.compile` returned it; else `model`.
 
-    Dynamo does not guard compiled code on hooks added later (`skip_nnmodule_hook_guards`), so a trace
-    entered after the first compiled call would capture nothing, silently. Dynamo is looked up in
-    `sys.modules` only: if it was never imported, no module is compiled.
+    Dynamo is looked up in `sys.modules` only: if it was never imported, nothing is compiled.
     """
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
-        raise TypeError(
-            "trace() got a torch.compile'd module: compiled code does not call hooks added after its first call, "
-            "so nothing would be captured. Trace the original module instead (trace(model) where "
-            "compiled = torch.compile(model); it is also compiled._orig_mod) and enter the block before the first "
-            "compiled call, or call the original module inside the block."
-        )
+        return model._orig_mod
+    return model
 
 
 def _resolve_spec(model: nn.Module, spec: Any) -> tuple[tuple[tuple[str, OutputRecorder], ...], dict[str, Any], bool]:
@@ -157,7 +151,7 @@ def _tie_last(model: nn.Module, options: Mapping[str, Any]) -> bool:
         return bool(from_config)
     if options.get("tie_last_hidden_states") is not None:
         return bool(options["tie_last_hidden_states"])
-    from_forward = _forward_tie_last(model)
+    from_forward = _forward_tie_last(_uncompiled(model))
     return True if from_forward is None else from_forward
 
 
@@ -173,10 +167,9 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
         outputs: the keys to capture (default: every key of the spec).
 
     Hooks exist only inside the block, record only calls made in the context (thread) that entered it,
-    and are removed even if the block raises. A `torch.compile`d module is refused (TypeError): trace
-    the original module, entering the block before the first compiled call.
+    and are removed even if the block raises. `model` may be the module `torch.compile` returned, or
+    the original of a compiled module, before or after its first compiled call (see docs/capture.md).
     """
-    _reject_compiled(model)
     tasks, options, nested_maps = _resolve_spec(model, spec)
     known = tuple(dict.fromkeys(k for k, _ in tasks))
     keys = known if outputs is None else tuple(dict.fromkeys([outputs] if isinstance(outputs, str) else outputs))
