@@ -16,7 +16,7 @@ from torch import nn
 from torch.compiler import is_compiling
 
 from .hooks import Collector, Transform, install_hooks, own_output_map, plan_hooks, remove_hooks
-from .recorder import OutputRecorder, normalize_output_map
+from .recorder import OutputRecorder, normalized_tasks
 from .selection import resolve_selections
 
 __all__ = ["capture_outputs", "requested_flags", "tie_last_hidden_state"]
@@ -40,12 +40,23 @@ def requested_flags(keys: Any, kwargs: dict[str, Any], config: Any) -> dict[str,
     """The truthy `output_<key>` flag of each key: kwargs first, then config; aliases follow their source."""
     flags = {}
     for key in keys:
-        source = FLAG_ALIASES.get(key, key)
-        name = f"output_{source}"
-        value = kwargs.get(name, getattr(config, name, False))
+        name = _FLAG_NAMES.get(key) or _flag_name(key)
+        value = kwargs.get(name, _UNSET)
+        if value is _UNSET:
+            value = getattr(config, name, False)
         if value:
             flags[key] = value
     return flags
+
+
+_UNSET = object()
+# `output_<key>` for each key seen, with aliases followed (built on first use).
+_FLAG_NAMES: dict[str, str] = {}
+
+
+def _flag_name(key: str) -> str:
+    name = _FLAG_NAMES[key] = f"output_{FLAG_ALIASES.get(key, key)}"
+    return name
 
 
 def tie_last_hidden_state(hidden_states: list[Any], output: Any, transform: Transform | None = None) -> None:
@@ -104,7 +115,7 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
                     _active_collector.reset(token)
                 return outputs.to_tuple() if return_dict is False else outputs
 
-            tasks = normalize_output_map(output_map)
+            tasks = normalized_tasks(output_map)
             selections = resolve_selections(tasks, flags, flags.get("hidden_states"), _layer_count(config))
             collector = Collector(flags, selections)
             handles = install_hooks(plan_hooks(self, tasks, nested_maps=True, keys=flags), collector, _is_active)

@@ -7,6 +7,7 @@ the normalised form: a tuple of `(key, OutputRecorder)` tasks.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -15,7 +16,7 @@ from typing import Any, Union
 import torch
 from torch import nn
 
-__all__ = ["OutputRecorder", "RecorderLike", "CaptureMap", "CAPTURE_DTYPES", "normalize_output_map", "default_index"]
+__all__ = ["OutputRecorder", "RecorderLike", "CaptureMap", "CAPTURE_DTYPES", "normalize_output_map", "normalized_tasks", "default_index"]
 
 # The dtypes a capture may be cast to, by the name a spec writes.
 CAPTURE_DTYPES: Mapping[str, torch.dtype] = MappingProxyType(
@@ -137,6 +138,27 @@ def _as_recorder(key: str, recorder: Any) -> OutputRecorder:
         f"Output {key!r}: a recorder must be an OutputRecorder, a module class or a class-name string, "
         f"got {recorder!r}."
     )
+
+
+def normalized_tasks(output_map: CaptureMap | None) -> tuple[tuple[str, OutputRecorder], ...]:
+    """`normalize_output_map(output_map)`, memoised on the map's current content.
+
+    A capture normalises its model's map on every capturing forward; equal content (the same
+    classes, recorders and names, in the same order) gives the very same tuple of tasks back, which
+    also makes the hook-plan cache lookup an identity check. A map edited in place is seen at once.
+    """
+    if not output_map:
+        return ()
+    snapshot = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in output_map.items())
+    try:
+        return _normalized_snapshot(snapshot)
+    except TypeError:  # an unhashable value: normalise it each time (and raise the usual errors)
+        return normalize_output_map(output_map)
+
+
+@functools.lru_cache(maxsize=256)
+def _normalized_snapshot(snapshot: tuple) -> tuple[tuple[str, OutputRecorder], ...]:
+    return normalize_output_map(dict(snapshot))
 
 
 def normalize_output_map(output_map: CaptureMap | None) -> tuple[tuple[str, OutputRecorder], ...]:

@@ -32,6 +32,9 @@ def resolve_selections(
     whose recorders all declare `layers` keeps the union of them. `count_positions(key, recorder)` says
     how many positions the key will have, for negative indices (`None` when unknown).
     """
+    tasks = tuple(tasks)
+    if requested_positions(hidden_states_flag) is None and all(recorder.layers is None for _, recorder in tasks):
+        return {}  # every position of every key is kept
     by_key: dict[str, list[OutputRecorder]] = {}
     for key, recorder in tasks:
         by_key.setdefault(key, []).append(recorder)

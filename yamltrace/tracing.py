@@ -21,7 +21,7 @@ from torch.compiler import is_compiling
 
 from .capture import tie_last_hidden_state
 from .hooks import Collector, install_hooks, own_output_map, plan_hooks, remove_hooks
-from .recorder import OutputRecorder, normalize_output_map
+from .recorder import OutputRecorder, normalize_output_map, normalized_tasks
 from .selection import resolve_selections
 
 __all__ = ["trace", "Captures"]
@@ -130,9 +130,9 @@ def _resolve_spec(model: nn.Module, spec: Any) -> tuple[tuple[tuple[str, OutputR
             )
         attached = getattr(model, "yamltrace_spec", None)
         if attached is None:
-            return normalize_output_map(own), {}, True
+            return normalized_tasks(own), {}, True
         # from_pretrained set the attached spec's map on the instance, retargeted to patched classes.
-        return normalize_output_map(own), dict(attached.options), False
+        return normalized_tasks(own), dict(attached.options), False
     if isinstance(spec, (str, os.PathLike)):
         from .spec import load_spec
 
