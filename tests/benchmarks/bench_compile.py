@@ -4,16 +4,15 @@ Dynamo behaviour is what matters here, so the models are compiled with `backend=
 toolchain, seconds instead of minutes); inductor sees the same graphs and graph breaks.
 
 Findings (torch 2.13, transformers 5.23):
-- `trace(model)` around a compiled model whose first compiled call happens inside the block returns
-  the same tensors as eager (hooks run at graph breaks: the hook's `ContextVar.get` breaks the graph).
-- A model compiled and called once *before* the block captures nothing inside it, silently:
-  `torch._dynamo.config.skip_nnmodule_hook_guards` is True by default, so the compiled code does not
-  guard on hooks added later and never calls them.
-- `fullgraph=True` works with `trace` (hooks installed before compilation; while dynamo traces them
-  the gate is a plain flag, not a ContextVar), on an undecorated model, on a yamltrace-decorated one
-  with capture off, and on transformers' own model. The decorator asked to capture under
-  `fullgraph=True` fails: it installs hooks inside the traced forward (dynamo cannot `setattr` on
-  `RemovableHandle.next_id`); use `trace` around the compiled call instead.
+- `trace(model)` around a compiled model returns the same tensors as eager, whether its first
+  compiled call happens inside the block or before it: yamltrace's hooks are interceptors set as the
+  instance's `forward`, which dynamo guards on, so code compiled before the block is recompiled once
+  to include them (forward hooks added later would be skipped: `skip_nnmodule_hook_guards`).
+- `fullgraph=True` works with `trace` (interceptors installed before compilation; while dynamo traces
+  them the gate is a plain flag, not a ContextVar), on an undecorated model, on a yamltrace-decorated
+  one with capture off, and on transformers' own model. The decorator asked to capture under
+  `fullgraph=True` fails: it sets up its capture inside the traced forward (dynamo: "setattr() on
+  unsupported type"); use `trace` around the compiled call instead.
 - transformers, first call compiled with `fullgraph=True` and capture requested: "Dynamo does not
   know how to enter a `lock` context manager" (`_hook_installation_lock` in
   `maybe_install_capturing_hooks`); once its hooks were installed eagerly it compiles, because its
@@ -64,7 +63,6 @@ def test_trace_compiled_inside_block_matches_eager(models) -> None:
     _assert_same(captures, reference)
 
 
-@pytest.mark.xfail(strict=True, reason="skip_nnmodule_hook_guards: code compiled before the block never calls its hooks")
 def test_trace_compiled_before_block_matches_eager(models) -> None:
     import yamltrace
 
@@ -75,7 +73,7 @@ def test_trace_compiled_before_block_matches_eager(models) -> None:
         compiled(input_ids=input_ids())
         with yamltrace.trace(model) as captures:
             compiled(input_ids=input_ids())
-    _assert_same(captures, reference)  # today: 0 hidden states, 0 attentions, no error
+    _assert_same(captures, reference)
 
 
 @pytest.mark.parametrize("variant", ["plain", "yamltrace", "transformers"])
@@ -103,7 +101,7 @@ def test_decorator_compiled_matches_eager(models) -> None:
 
 
 @pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported,
-                   reason="the decorator installs hooks inside the traced forward (RemovableHandle.next_id setattr)")
+                   reason="the decorator sets up its capture inside the traced forward (setattr() on unsupported type)")
 def test_decorator_fullgraph(models) -> None:
     model = models["yamltrace"]
     with torch.inference_mode():

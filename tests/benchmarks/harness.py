@@ -2,8 +2,9 @@
 
 Absolute times on a shared machine are noise; ratios of medians measured in the same process, with
 the variants interleaved round by round, are not. Each round times a batch of calls of every variant
-(in alternating order, so slow drift of the machine hits all variants alike); the figure of a variant
-is the median over rounds of its per-call time.
+(in a shuffled order, so slow drift of the machine hits all variants alike); the figure of a variant
+is the median over rounds of its per-call time, and the cost one variant adds to another is the
+median of their same-round differences (`Timing.added`).
 
 The models are tiny transformers `LlamaModel`s built in-process from a random config, and variants
 of them whose `forward` carries yamltrace's decorators, transformers' decorators, or none.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import random
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +41,8 @@ CLOCK = time.thread_time
 # At least 15 rounds (the issue's rule); odd so the median is one measured round.
 ROUNDS = 21
 WARMUP_ROUNDS = 3
+# Rounds between two garbage collections (outside the timed calls).
+GC_EVERY = 50
 
 
 @dataclass
@@ -59,6 +63,13 @@ class Timing:
         A robustness check on `ratio`: a round that the machine slowed down slows both alike.
         """
         return statistics.median(a / b for a, b in zip(self.samples[name], self.samples[baseline]))
+
+    def added(self, name: str, baseline: str) -> float:
+        """Median over rounds of `name`'s time minus `baseline`'s in the same round: the cost `name` adds.
+
+        Less noisy than a difference of medians: both terms of each difference ran in the same round.
+        """
+        return statistics.median(a - b for a, b in zip(self.samples[name], self.samples[baseline]))
 
     def spread(self, name: str) -> float:
         """Interquartile range relative to the median: how noisy this variant was."""
@@ -88,29 +99,38 @@ def compare(
     warmup: int = WARMUP_ROUNDS,
     per_call: int = 1,
 ) -> Timing:
-    """Time `variants` interleaved: each round runs `calls` calls of each, in alternating order.
+    """Time `variants` interleaved: each round runs `calls` calls of each, in a shuffled order.
 
     `per_call` divides each call's time (a call that runs a 100-step loop reports per-step time).
-    The garbage collector runs before each batch and is off during it, for every variant alike.
+    The garbage collector is off while timing; it runs every `GC_EVERY` rounds, followed by one
+    untimed call of each variant (a collection leaves the caches cold for whichever runs next). The
+    order is shuffled per round (fixed seed), so no variant always runs first or after the same one.
     """
     torch.set_num_threads(1)
     names = list(variants)
     timing = Timing({name: [] for name in names})
-    for round_index in range(warmup + rounds):
-        order = names if round_index % 2 == 0 else names[::-1]
-        for name in order:
-            fn = variants[name]
-            gc.collect()
-            gc.disable()
-            try:
+    order = random.Random(0)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for round_index in range(warmup + rounds):
+            if round_index % GC_EVERY == 0:
+                gc.collect()
+                for name in names:
+                    variants[name]()
+            shuffled = names[:]
+            order.shuffle(shuffled)
+            for name in shuffled:
+                fn = variants[name]
                 start = CLOCK()
                 for _ in range(calls):
                     fn()
                 elapsed = CLOCK() - start
-            finally:
-                gc.enable()
-            if round_index >= warmup:
-                timing.samples[name].append(elapsed / (calls * per_call))
+                if round_index >= warmup:
+                    timing.samples[name].append(elapsed / (calls * per_call))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return timing
 
 
@@ -190,7 +210,8 @@ def llama_variants(num_layers: int = 8) -> dict[str, torch.nn.Module]:
     models = {}
     for name, cls in classes.items():
         model = reference if name == "transformers" else cls(config).eval()
-        model.load_state_dict(state)
+        # The same parameter tensors in every variant: no variant runs on differently placed memory.
+        model.load_state_dict(state, assign=True)
         models[name] = model
     with torch.inference_mode():
         models["transformers"](input_ids=input_ids(), output_hidden_states=True)
