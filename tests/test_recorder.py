@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from yamltrace.hooks import plan_hooks
-from yamltrace.recorder import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map
+from yamltrace.recorder import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map, normalized_tasks
 
 
 class Attention(nn.Module):
@@ -142,3 +142,26 @@ def test_plan_lists_children_before_parents() -> None:
         ".h.1.crossattention",
         ".h.1",
     ]
+
+
+def test_normalized_tasks_gives_the_same_tuple_for_equal_content_and_sees_edits_in_place() -> None:
+    recorders = [Attention]
+    output_map = {"hidden_states": Block, "attentions": recorders}
+    first = normalized_tasks(output_map)
+    assert first == normalize_output_map(output_map)
+    assert normalized_tasks(dict(output_map)) is first
+    recorders.append(OutputRecorder(Attention, index=2))
+    edited = normalized_tasks(output_map)
+    assert edited == normalize_output_map(output_map) and len(edited) == 3
+    output_map["hidden_states"] = "layers.0"
+    assert normalized_tasks(output_map)[0] == ("hidden_states", OutputRecorder(class_name="layers.0", index=0))
+    assert normalized_tasks({}) == () and normalized_tasks(None) == ()
+
+
+def test_normalized_tasks_of_a_bad_map_raises_like_normalize_output_map() -> None:
+    for bad in ({"hidden_states": 3}, {"hidden_states": [{"not": "hashable"}]}):
+        with pytest.raises(TypeError) as expected:
+            normalize_output_map(bad)
+        with pytest.raises(TypeError) as got:
+            normalized_tasks(bad)
+        assert str(got.value) == str(expected.value)
