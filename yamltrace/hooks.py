@@ -270,37 +270,44 @@ class Collector:
         self.last_transform: dict[str, Transform | None] = {}
 
     def _append(self, key: str, values: list[Any], value: Any, transform: Transform | None) -> None:
-        selection = self.selections.get(key)
+        selection = self.selections.get(key) if self.selections else None
         if selection is not None and len(values) - self.starts[key] not in selection:
             values.append(None)
+        elif transform is None:
+            values.append(value)
+            if key == "hidden_states":
+                self.last_transform[key] = None
         else:
-            values.append(value if transform is None else transform(value))
+            values.append(transform(value))
             self.last_transform[key] = transform
 
     def record(self, path: str, entries: tuple[Entry, ...], args: tuple, kwargs: dict, output: Any) -> None:
         """Record `output` (and, for the first hidden state, the module's input) for each entry."""
         lists = self.lists
+        is_tuple = isinstance(output, tuple)
         for key, index, initial, transform in entries:
             values = lists.get(key)
             if values is None:
                 continue
-            is_tuple = isinstance(output, tuple)
-            if is_tuple and not -len(output) <= index < len(output):
-                raise IndexError(
-                    f"yamltrace: output {key!r} records element {index} of the output of module {path or '<root>'}, "
-                    f"which returned a tuple of {len(output)}. Fix the recorder's index."
-                )
+            if not is_tuple:
+                value = output
+            else:
+                try:
+                    value = output[index]
+                except IndexError:
+                    raise IndexError(
+                        f"yamltrace: output {key!r} records element {index} of the output of module {path or '<root>'}, "
+                        f"which returned a tuple of {len(output)}. Fix the recorder's index."
+                    ) from None
             if key == "hidden_states":
                 if initial and len(values) == self.starts[key]:
                     first_input = args[0] if args else next(iter(kwargs.values()), None)
                     self._append(key, values, first_input, transform)
-                value = output[index] if is_tuple else output
                 if value is not None:
                     self._append(key, values, value, transform)
-            elif not is_tuple:
-                self._append(key, values, output, transform)
-            elif output[index] is not None:
-                self._append(key, values, output[index], transform)
+            elif value is not None or not is_tuple:
+                # A None element of a tuple is skipped; a module that returned None itself is kept.
+                self._append(key, values, value, transform)
 
 
 def install_hooks(plan: HookPlan, collector: Collector, is_active: Callable[[Collector], bool]) -> list[Interception]:
