@@ -41,6 +41,10 @@ def test_off(models) -> None:
                 "yamltrace, capture off": lambda: m["yamltrace"](input_ids=ids),
                 "plain, transformers' merge decorator": lambda: m["plain_hf"](input_ids=ids),
                 "transformers, capture off, hooks installed": lambda: m["transformers"](input_ids=ids),
+                # Every instance runs twice per round, so none is kept warmer than another.
+                "yamltrace, capture off (again)": lambda: m["yamltrace"](input_ids=ids),
+                "plain, transformers' merge (again)": lambda: m["plain_hf"](input_ids=ids),
+                "transformers, capture off (again)": lambda: m["transformers"](input_ids=ids),
             },
             calls=_calls(layers),
             rounds=31,
@@ -93,6 +97,9 @@ def test_on_one_forward(models) -> None:
     """One forward with output_hidden_states and output_attentions: cost added to the plain forward."""
     layers, m = models
     ids = input_ids()
+    # Each model instance runs twice per round (its capture on and off, or plain with and without
+    # flags), so none is kept warmer in the caches than another: with one instance running twice as
+    # often as the rest, two identical plain forwards differed by ~50 µs.
     with torch.inference_mode():
         timing = compare(
             {
@@ -101,6 +108,9 @@ def test_on_one_forward(models) -> None:
                 "plain, transformers' merge decorator": lambda: m["plain_hf"](input_ids=ids),
                 "transformers, flags on": lambda: m["transformers"](input_ids=ids, **FLAGS),
                 "plain, flags passed, no capture": lambda: m["plain"](input_ids=ids, **FLAGS),
+                "yamltrace, capture off": lambda: m["yamltrace"](input_ids=ids),
+                "plain (transformers' merge), flags passed": lambda: m["plain_hf"](input_ids=ids, **FLAGS),
+                "transformers, capture off": lambda: m["transformers"](input_ids=ids),
             },
             calls=1,
             rounds=_on_rounds(layers),
@@ -110,6 +120,7 @@ def test_on_one_forward(models) -> None:
     ours = timing.added(names[1], names[0])
     theirs = timing.added(names[3], names[2])
     bench = f"on, one forward ({layers} layers)"
+    record(bench, "A/A control: plain (transformers' merge) - plain", f"{timing.added(names[2], names[0]) * 1e6:+.1f} µs")
     record(bench, "yamltrace added per forward", f"{ours * 1e6:.1f} µs ({timing.ratio(names[1], names[0]) - 1:+.1%})")
     record(bench, "transformers added per forward", f"{theirs * 1e6:.1f} µs ({timing.ratio(names[3], names[2]) - 1:+.1%})")
     record(bench, "of which common: flags passed down without capture", f"{timing.added(names[4], names[0]) * 1e6:.1f} µs")
@@ -189,6 +200,7 @@ def test_on_many_forwards() -> None:
             calls=1,
             rounds=31,
             per_call=STEPS,
+            gc_every=1,  # a round is seconds long and the traced variants leave garbage behind
         )
     print(timing.table(f"on, {STEPS} forwards — LlamaModel 8 layers (per forward)"))
     names = list(timing.samples)

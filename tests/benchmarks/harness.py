@@ -98,11 +98,12 @@ def compare(
     rounds: int = ROUNDS,
     warmup: int = WARMUP_ROUNDS,
     per_call: int = 1,
+    gc_every: int = GC_EVERY,
 ) -> Timing:
     """Time `variants` interleaved: each round runs `calls` calls of each, in a shuffled order.
 
     `per_call` divides each call's time (a call that runs a 100-step loop reports per-step time).
-    The garbage collector is off while timing; it runs every `GC_EVERY` rounds, followed by one
+    The garbage collector is off while timing; it runs every `gc_every` rounds, followed by one
     untimed call of each variant (a collection leaves the caches cold for whichever runs next). The
     order is shuffled per round (fixed seed), so no variant always runs first or after the same one.
     """
@@ -114,7 +115,7 @@ def compare(
     gc.disable()
     try:
         for round_index in range(warmup + rounds):
-            if round_index % GC_EVERY == 0:
+            if round_index % gc_every == 0:
                 gc.collect()
                 for name in names:
                     variants[name]()
