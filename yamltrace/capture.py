@@ -40,7 +40,7 @@ def requested_flags(keys: Any, kwargs: dict[str, Any], config: Any) -> dict[str,
     """The truthy `output_<key>` flag of each key: kwargs first, then config; aliases follow their source."""
     flags = {}
     for key in keys:
-        name = _FLAG_NAMES.get(key) or _flag_name(key)
+        name = f"output_{FLAG_ALIASES.get(key, key)}"
         value = kwargs.get(name, _UNSET)
         if value is _UNSET:
             value = getattr(config, name, False)
@@ -50,13 +50,6 @@ def requested_flags(keys: Any, kwargs: dict[str, Any], config: Any) -> dict[str,
 
 
 _UNSET = object()
-# `output_<key>` for each key seen, with aliases followed (built on first use).
-_FLAG_NAMES: dict[str, str] = {}
-
-
-def _flag_name(key: str) -> str:
-    name = _FLAG_NAMES[key] = f"output_{FLAG_ALIASES.get(key, key)}"
-    return name
 
 
 def tie_last_hidden_state(hidden_states: list[Any], output: Any, transform: Transform | None = None) -> None:

@@ -34,14 +34,8 @@ _FORWARD = "forward"
 _lock = threading.Lock()
 
 
-class _Absent:
-    """Marks a module that had no `forward` of its own in its `__dict__`."""
-
-    def __reduce__(self) -> str:
-        return "_ABSENT"
-
-
-_ABSENT = _Absent()
+# Marks a module that had no `forward` of its own in its `__dict__`.
+_ABSENT = object()
 
 
 class _Interceptor:
