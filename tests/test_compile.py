@@ -123,3 +123,24 @@ def test_trace_of_a_compiled_model_follows_its_decorator_tie_last_argument(input
             compiled(input_ids)
     assert not torch.equal(own.hidden_states[-1], own.last_hidden_state)
     assert _same(captures["hidden_states"], own.hidden_states)
+
+
+def test_decorator_capture_compiles_with_graph_breaks_and_refuses_fullgraph_naming_trace(input_ids) -> None:
+    torch.manual_seed(0)
+    model = TinyModel(TinyConfig(num_hidden_layers=2)).eval()
+    flags = {"output_hidden_states": True, "output_attentions": True}
+    with torch.no_grad():
+        eager = model(input_ids, **flags)
+        compiled = torch.compile(model, backend="eager")(input_ids, **flags)
+        for key in ("hidden_states", "attentions"):
+            assert _same(compiled[key], eager[key])
+        torch._dynamo.reset()
+        with pytest.raises(torch._dynamo.exc.Unsupported, match=r"yamltrace\.trace\(model\)"):
+            torch.compile(model, backend="eager", fullgraph=True)(input_ids, **flags)
+        # Capture off compiles whole, and trace captures the same model under fullgraph.
+        torch._dynamo.reset()
+        fullgraph = torch.compile(model, backend="eager", fullgraph=True)
+        assert torch.equal(fullgraph(input_ids).last_hidden_state, eager.last_hidden_state)
+        with trace(model) as captures:
+            fullgraph(input_ids)
+    assert _same(captures["hidden_states"], eager.hidden_states)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
 from torch.compiler import is_compiling
 
@@ -96,10 +97,19 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
             output_map = own_output_map(self)
             output_map = output_map if isinstance(output_map, Mapping) else {}
             flags = requested_flags(output_map, kwargs, config)
-            if not flags and is_compiling():
-                # torch.compile cannot trace a ContextVar; compiled code records nothing here anyway.
-                outputs = forward(self, *args, **kwargs)
-                return outputs.to_tuple() if return_dict is False else outputs
+            if is_compiling():
+                if flags:
+                    # Without fullgraph, dynamo runs the capture below eagerly after this break;
+                    # with it, this message is the error (a literal: dynamo shows no other).
+                    torch._dynamo.graph_break(
+                        "yamltrace: capture_outputs cannot capture inside a torch.compile(fullgraph=True) graph "
+                        "(it sets up its hooks per forward). Compile without fullgraph, or call the compiled model "
+                        "inside `with yamltrace.trace(model)`, whose hooks are set up before compilation."
+                    )
+                else:
+                    # torch.compile cannot trace a ContextVar; compiled code records nothing here anyway.
+                    outputs = forward(self, *args, **kwargs)
+                    return outputs.to_tuple() if return_dict is False else outputs
             if not flags:
                 token = _active_collector.set(_NO_CAPTURE)
                 try:

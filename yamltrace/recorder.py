@@ -7,7 +7,6 @@ the normalised form: a tuple of `(key, OutputRecorder)` tasks.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -151,14 +150,19 @@ def normalized_tasks(output_map: CaptureMap | None) -> tuple[tuple[str, OutputRe
         return ()
     snapshot = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in output_map.items())
     try:
-        return _normalized_snapshot(snapshot)
+        tasks = _NORMALIZED.get(snapshot)
     except TypeError:  # an unhashable value: normalise it each time (and raise the usual errors)
         return normalize_output_map(output_map)
+    if tasks is None:
+        if len(_NORMALIZED) >= _NORMALIZED_MAX:
+            _NORMALIZED.clear()
+        tasks = _NORMALIZED[snapshot] = normalize_output_map(output_map)
+    return tasks
 
 
-@functools.lru_cache(maxsize=256)
-def _normalized_snapshot(snapshot: tuple) -> tuple[tuple[str, OutputRecorder], ...]:
-    return normalize_output_map(dict(snapshot))
+# normalized_tasks' memo (a plain dict: torch.compile traces it without warnings, unlike lru_cache).
+_NORMALIZED: dict[tuple, tuple[tuple[str, OutputRecorder], ...]] = {}
+_NORMALIZED_MAX = 256
 
 
 def normalize_output_map(output_map: CaptureMap | None) -> tuple[tuple[str, OutputRecorder], ...]:
