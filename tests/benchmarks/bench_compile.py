@@ -1,4 +1,4 @@
-"""Capture under `torch.compile`: what works today, and what does not (strict xfails that say why).
+"""Capture under `torch.compile`: what works today, and what is refused (with the error users see).
 
 Dynamo behaviour is what matters here, so the models are compiled with `backend="eager"` (no C++
 toolchain, seconds instead of minutes); inductor sees the same graphs and graph breaks.
@@ -11,8 +11,8 @@ Findings (torch 2.13, transformers 5.23):
 - `fullgraph=True` works with `trace` (interceptors installed before compilation; while dynamo traces
   them the gate is a plain flag, not a ContextVar), on an undecorated model, on a yamltrace-decorated
   one with capture off, and on transformers' own model. The decorator asked to capture under
-  `fullgraph=True` fails: it sets up its capture inside the traced forward (dynamo: "setattr() on
-  unsupported type"); use `trace` around the compiled call instead.
+  `fullgraph=True` is refused with an error that names `yamltrace.trace(model)` (it sets up its
+  hooks per forward, inside the traced region); without fullgraph it captures after a graph break.
 - transformers, first call compiled with `fullgraph=True` and capture requested: "Dynamo does not
   know how to enter a `lock` context manager" (`_hook_installation_lock` in
   `maybe_install_capturing_hooks`); once its hooks were installed eagerly it compiles, because its
@@ -100,11 +100,9 @@ def test_decorator_compiled_matches_eager(models) -> None:
             torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-@pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported,
-                   reason="the decorator sets up its capture inside the traced forward (setattr() on unsupported type)")
-def test_decorator_fullgraph(models) -> None:
+def test_decorator_fullgraph_is_refused_naming_trace(models) -> None:
     model = models["yamltrace"]
-    with torch.inference_mode():
+    with torch.inference_mode(), pytest.raises(torch._dynamo.exc.Unsupported, match=r"yamltrace\.trace\(model\)"):
         torch.compile(model, backend="eager", fullgraph=True)(input_ids=input_ids(), **FLAGS)
 
 
