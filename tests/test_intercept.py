@@ -153,3 +153,16 @@ def test_concurrent_installs_and_removals_leave_nothing_behind() -> None:
         t.join(timeout=120)
     assert errors == []
     assert not any("forward" in m.__dict__ for m in modules)
+
+
+def test_listeners_see_inputs_after_pre_hooks_and_outputs_before_forward_hooks() -> None:
+    module, log = Scale(), []
+    module.register_forward_pre_hook(lambda m, args: (args[0] + 1,))
+    module.register_forward_hook(lambda m, args, output: output * 100)
+    handle = intercept([(module, recorder(log), None)])
+    returned = module(torch.ones(1))
+    handle.remove()
+    (_, args, _, output), = log
+    assert torch.equal(args[0], torch.tensor([2.0]))  # the pre-hook's input
+    assert torch.equal(output, torch.tensor([4.0]))  # the forward's own output
+    assert torch.equal(returned, torch.tensor([400.0]))  # the caller still gets the hook's
