@@ -217,3 +217,23 @@ def test_trace_and_capture_outputs_do_not_interfere(tiny, input_ids) -> None:
     assert own.attentions is None and len(own.hidden_states) == tiny.config.num_hidden_layers + 1
     assert len(captures["attentions"]) == tiny.config.num_hidden_layers
     assert Config().output_attentions is False
+
+
+class Pair(nn.Module):
+    """Returns a tuple of two: its input and its input doubled."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, 2 * x
+
+
+@pytest.mark.parametrize("key", ["hidden_states", "attentions"])
+@pytest.mark.parametrize("detach", [False, True])  # the common listener, and the general one
+def test_an_index_past_a_tuple_output_names_the_module_and_the_fix(key: str, detach: bool, x) -> None:
+    model = nn.Sequential(nn.Linear(4, 4), Pair())
+    with pytest.raises(IndexError, match=r"output '.*' records element 2 of the output of module \.1, which returned a tuple of 2\. Fix the recorder's index"):
+        with trace(model, {key: OutputRecorder(Pair, index=2, detach=detach)}):
+            model(x)
+    assert hook_count(model) == 0
+    with trace(model, {key: OutputRecorder(Pair, index=-1, detach=detach)}) as captures:
+        model(x)
+    assert torch.equal(captures[key][-1], 2 * model[0](x))
