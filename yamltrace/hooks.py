@@ -98,19 +98,9 @@ class _CachedPlan:
         return [(visited[i], path, entries) for i, path, entries in self.entries]
 
 
-class _RootPlans(dict):
-    """One root's plans by (tasks, wanted keys, nested_maps), and the one used last."""
-
-    __slots__ = ("last",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.last: tuple | None = None
-
-
-# Plans by root module. Weak keys: the cache never keeps a model alive, and its values hold only weak
-# references to modules.
-_plans: weakref.WeakKeyDictionary[nn.Module, _RootPlans] = weakref.WeakKeyDictionary()
+# Plans by root module, then by (tasks, wanted keys, nested_maps). Weak keys: the cache never keeps a
+# model alive, and its values hold only weak references to modules.
+_plans: weakref.WeakKeyDictionary[nn.Module, dict[tuple, _CachedPlan]] = weakref.WeakKeyDictionary()
 # Bumped by every submodule registration into a module some cached plan visited (once the hook is
 # installed) and by `invalidate`: a cached plan built under an older generation is rebuilt.
 # Registrations elsewhere (a forward slicing a ModuleList builds a new one) leave plans valid.
@@ -156,24 +146,18 @@ def plan_hooks(
         _registration_handle = register_module_module_registration_hook(_on_module_registration)
     tasks = tuple(tasks)
     wanted = None if keys is None else frozenset(keys)
+    cache_key = (tasks, wanted, nested_maps)
     cached = _plans.get(root)
     if cached is None:
-        cached = _plans.setdefault(root, _RootPlans())
-    last = cached.last
-    if last is not None and last[0] is tasks and last[1] == wanted and last[2] is nested_maps:
-        # The same tasks object as last time (see `normalized_tasks`): no hashing of recorders.
-        entry = last[3]
-    else:
-        entry = cached.get((tasks, wanted, nested_maps))
+        cached = _plans.setdefault(root, {})
+    entry = cached.get(cache_key)
     if entry is not None:
         plan = entry.plan()
         if plan is not None:
-            cached.last = (tasks, wanted, nested_maps, entry)
             return plan
     generation = _generation
     plan, visited = _walk(root, tasks, wanted, nested_maps)
-    entry = cached[(tasks, wanted, nested_maps)] = _CachedPlan(generation, visited, plan)
-    cached.last = (tasks, wanted, nested_maps, entry)
+    cached[cache_key] = _CachedPlan(generation, visited, plan)
     return plan
 
 

@@ -143,8 +143,8 @@ def normalized_tasks(output_map: CaptureMap | None) -> tuple[tuple[str, OutputRe
     """`normalize_output_map(output_map)`, memoised on the map's current content.
 
     A capture normalises its model's map on every capturing forward; equal content (the same
-    classes, recorders and names, in the same order) gives the very same tuple of tasks back, which
-    also makes the hook-plan cache lookup an identity check. A map edited in place is seen at once.
+    classes, recorders and names, in the same order) gives the very same tuple of tasks back,
+    without building recorders again. A map edited in place is seen at once.
     """
     if not output_map:
         return ()
