@@ -110,7 +110,7 @@ def compare(
     torch.set_num_threads(1)
     names = list(variants)
     timing = Timing({name: [] for name in names})
-    order = random.Random(0)
+    rng = random.Random(0)  # the same shuffles in every run
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -120,7 +120,7 @@ def compare(
                 for name in names:
                     variants[name]()
             shuffled = names[:]
-            order.shuffle(shuffled)
+            rng.shuffle(shuffled)
             for name in shuffled:
                 fn = variants[name]
                 start = CLOCK()
