@@ -18,7 +18,7 @@ $(VENV)/.test: pyproject.toml constraints.txt $(VENV)/.runtime
 	touch $@
 
 demo: $(VENV)/.runtime
-	$(BIN)/python -m yamltrace.demo
+	$(BIN)/python -m yamltrace.examples.demo
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest

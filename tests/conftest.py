@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from yamltrace.tiny import TinyConfig, TinyModel
+from yamltrace.examples.tiny import TinyConfig, TinyModel
 
 
 @pytest.fixture

@@ -16,12 +16,13 @@ import torch
 from torch import nn
 
 from _footprint import hook_count
-from yamltrace.capture import _active_collector, capture_outputs
-from yamltrace.config import Config
-from yamltrace.hooks import Collector
+from yamltrace.capture import capture_outputs
+from yamltrace.engine import active_sessions
+from yamltrace.modeling import Config
+from yamltrace.engine import Collector
 from yamltrace.modeling import PreTrainedModel
-from yamltrace.outputs import BaseModelOutput, ModelOutput
-from yamltrace.recorder import OutputRecorder
+from yamltrace.modeling import BaseModelOutput, ModelOutput
+from yamltrace.engine import OutputRecorder
 from yamltrace.tracing import trace
 
 DIM = 8
@@ -450,7 +451,7 @@ def test_exception_mid_forward_leaves_no_state(toy, x) -> None:
     with pytest.raises(RuntimeError, match="on purpose"):
         toy(x, output_hidden_states=True, output_attentions=True)
     assert hook_count(toy) == 0
-    assert _active_collector.get() is None
+    assert active_sessions() == ()
     toy.layers[1].fail = False
     again = toy(x, output_hidden_states=True, output_attentions=True)
     for key in ("hidden_states", "attentions", "cross_attentions"):

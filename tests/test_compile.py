@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from _footprint import hook_count
-from yamltrace.recorder import OutputRecorder
-from yamltrace.tiny import TinyConfig, TinyDecoderLayer, TinyModel
+from yamltrace.engine import OutputRecorder
+from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import trace
 
 

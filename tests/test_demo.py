@@ -11,7 +11,7 @@ def _rows(stdout: str) -> list[list[str]]:
 
 
 def test_demo_traces_loads_a_checkpoint_swaps_a_kernel_and_exits_zero() -> None:
-    result = subprocess.run([sys.executable, "-m", "yamltrace.demo"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "yamltrace.examples.demo"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = _rows(result.stdout)
     # 1. the model's own map; 2. the checkpoint's spec adds mlp_outputs for two layers; 3. the swapped kernel.

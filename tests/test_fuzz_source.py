@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from yamltrace.errors import SpecError
-from yamltrace.schema import validate_spec
-from yamltrace.source import SpecDocument, read_spec_document
+from yamltrace.spec import validate_spec
+from yamltrace.spec import SpecDocument, read_spec_document
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from yamltrace.intercept import intercept
+from yamltrace.engine import intercept
 
 
 class Scale(nn.Module):

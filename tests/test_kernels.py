@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from yamltrace.kernels import SdpaLlamaAttention, SdpaTinyAttention
-from yamltrace.patch_registry import clear_patch_mapping, get_patch_mapping
-from yamltrace.patching import apply_patches, patch_model
-from yamltrace.tiny import TinyAttention, TinyConfig
+from yamltrace.patch import clear_patch_mapping, get_patch_mapping
+from yamltrace.patch import apply_patches, patch_model
+from yamltrace.examples.tiny import TinyAttention, TinyConfig
 
 TOLERANCE = dict(atol=1e-5, rtol=0)
 

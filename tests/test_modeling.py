@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from yamltrace.capture import capture_outputs
-from yamltrace.config import Config
+from yamltrace.modeling import Config
 from yamltrace.modeling import PreTrainedModel, merge_with_config_defaults
-from yamltrace.outputs import BaseModelOutput, BaseModelOutputWithPast
-from yamltrace.tiny import TinyConfig
+from yamltrace.modeling import BaseModelOutput, BaseModelOutputWithPast
+from yamltrace.examples.tiny import TinyConfig
 
 # ModelOutput
 

@@ -16,7 +16,7 @@ from transformers.utils.output_capturing import capture_outputs as hf_capture_ou
 from _footprint import hook_count
 from _oracle import CASES, TOY_DIM, Case, ToyConfig, build_pair, make_composite, make_normed
 from yamltrace.capture import capture_outputs
-from yamltrace.recorder import OutputRecorder, normalize_output_map
+from yamltrace.engine import OutputRecorder, normalize_output_map
 from yamltrace.tracing import trace
 
 pytestmark = pytest.mark.oracle

@@ -8,9 +8,8 @@ import pytest
 from _specs import patch_spec
 from torch import nn
 
-from yamltrace.patch_registry import (
+from yamltrace.patch import (
     PatchRegistry,
-    _compile,
     clear_patch_mapping,
     find_key,
     find_replacement,
@@ -77,14 +76,6 @@ def test_invalid_regex_never_matches_and_does_not_hide_later_patterns():
     assert find_replacement("Foo(Bar", mapping) is B
     assert find_replacement("Foo(", mapping) is A  # still an exact name
     assert find_key("FooBar", mapping) == "Bar"
-
-
-def test_compiled_patterns_are_cached():
-    pattern = "^CacheProbe\\d+$"
-    find_replacement("CacheProbe1", {pattern: A})
-    hits = _compile.cache_info().hits
-    find_replacement("CacheProbe2", {pattern: A})
-    assert _compile.cache_info().hits == hits + 1
 
 
 def test_duplicate_key_is_a_value_error_unless_overwrite():

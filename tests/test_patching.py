@@ -10,18 +10,18 @@ import torch
 from torch import nn
 
 import yamltrace.kernels
-import yamltrace.tiny
+import yamltrace.examples.tiny
 from yamltrace.kernels import SdpaTinyAttention
-from yamltrace.patch_registry import clear_patch_mapping, get_patch_mapping, register_patch_mapping
-from yamltrace.patching import (
-    PatchError,
+from yamltrace.patch import clear_patch_mapping, get_patch_mapping, register_patch_mapping
+from yamltrace.errors import PatchError
+from yamltrace.patch import (
     apply_patches,
     patch_model,
     patch_output_recorders,
     retarget_output_map,
 )
-from yamltrace.recorder import OutputRecorder
-from yamltrace.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
+from yamltrace.engine import OutputRecorder
+from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
 from yamltrace.tracing import trace
 
 
@@ -30,7 +30,7 @@ def empty_registry():
     assert get_patch_mapping() == {}, "a previous test leaked patch mappings"
     yield
     clear_patch_mapping()
-    assert yamltrace.tiny.TinyAttention is TinyAttention, "a test left yamltrace.tiny patched"
+    assert yamltrace.examples.tiny.TinyAttention is TinyAttention, "a test left yamltrace.examples.tiny patched"
 
 
 class PlainAttention(nn.Module):
@@ -90,13 +90,13 @@ def build(**patch_args) -> TinyModel:
 
 def test_apply_patches_builds_with_the_replacement_then_restores():
     with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=[TinyModel]) as replaced:
-        assert yamltrace.tiny.TinyAttention is SdpaTinyAttention
+        assert yamltrace.examples.tiny.TinyAttention is SdpaTinyAttention
         model = TinyModel(TinyConfig())
     assert [(r.path, r.original, r.replacement) for r in replaced] == [
-        ("yamltrace.tiny.TinyAttention", TinyAttention, SdpaTinyAttention)
+        ("yamltrace.examples.tiny.TinyAttention", TinyAttention, SdpaTinyAttention)
     ]
     assert attention_classes(model) == [SdpaTinyAttention] * 4
-    assert yamltrace.tiny.TinyAttention is TinyAttention
+    assert yamltrace.examples.tiny.TinyAttention is TinyAttention
     assert attention_classes(TinyModel(TinyConfig())) == [TinyAttention] * 4
 
 
@@ -109,11 +109,11 @@ def test_apply_patches_restores_after_an_exception():
     other_mlp = type("OtherMLP", (TinyMLP,), {})
     with pytest.raises(RuntimeError, match="construction failed"):
         with apply_patches({"TinyAttention": SdpaTinyAttention, "TinyMLP": other_mlp}, modules=[TinyModel]):
-            assert yamltrace.tiny.TinyAttention is SdpaTinyAttention
-            assert yamltrace.tiny.TinyMLP is other_mlp
+            assert yamltrace.examples.tiny.TinyAttention is SdpaTinyAttention
+            assert yamltrace.examples.tiny.TinyMLP is other_mlp
             raise RuntimeError("construction failed")
-    assert yamltrace.tiny.TinyAttention is TinyAttention
-    assert yamltrace.tiny.TinyMLP is TinyMLP
+    assert yamltrace.examples.tiny.TinyAttention is TinyAttention
+    assert yamltrace.examples.tiny.TinyMLP is TinyMLP
 
 
 def test_apply_patches_touches_only_the_named_modules():
@@ -122,7 +122,7 @@ def test_apply_patches_touches_only_the_named_modules():
         assert yamltrace.kernels.TinyAttention is TinyAttention
     with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=["yamltrace.kernels"]):
         assert yamltrace.kernels.TinyAttention is SdpaTinyAttention
-        assert yamltrace.tiny.TinyAttention is TinyAttention
+        assert yamltrace.examples.tiny.TinyAttention is TinyAttention
     assert yamltrace.kernels.TinyAttention is TinyAttention
 
 
@@ -131,9 +131,9 @@ def test_apply_patches_replaces_only_module_classes():
         def __init__(self, *args, **kwargs) -> None:
             super().__init__()
 
-    with apply_patches({"^Tiny": Anything}, modules=[yamltrace.tiny]) as replaced:
-        assert yamltrace.tiny.TinyConfig is not Anything
-        assert yamltrace.tiny.TinyMLP is Anything
+    with apply_patches({"^Tiny": Anything}, modules=[yamltrace.examples.tiny]) as replaced:
+        assert yamltrace.examples.tiny.TinyConfig is not Anything
+        assert yamltrace.examples.tiny.TinyMLP is Anything
     names = sorted(r.path.rsplit(".", 1)[1] for r in replaced)
     assert names == ["TinyAttention", "TinyDecoderLayer", "TinyMLP", "TinyModel"]
 
@@ -164,19 +164,19 @@ def test_constructor_signatures_are_checked_before_anything_is_patched():
             pytest.fail("the block must not run")
     problems = info.value.problems
     assert len(problems) == 2
-    assert "NeedsMore(config, extra) cannot replace yamltrace.tiny.TinyAttention(config: 'TinyConfig')" in problems[0]
-    assert "missing a required argument: 'extra'" in problems[0]
-    assert "RenamedArgument(cfg) cannot replace yamltrace.tiny.TinyDecoderLayer" in problems[1]
-    assert "called as (config=...)" in problems[1]
-    assert yamltrace.tiny.TinyMLP is TinyMLP
+    assert "NeedsMore(config, extra) cannot replace yamltrace.examples.tiny.TinyAttention(config: 'TinyConfig')" in problems[0].message
+    assert "missing a required argument: 'extra'" in problems[0].message
+    assert "RenamedArgument(cfg) cannot replace yamltrace.examples.tiny.TinyDecoderLayer" in problems[1].message
+    assert "called as (config=...)" in problems[1].message
+    assert yamltrace.examples.tiny.TinyMLP is TinyMLP
 
 
 def test_nested_blocks_restore_in_order():
     with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=[TinyModel]):
         with apply_patches({"TinyAttention": ReassignedAttention}, modules=[TinyModel]):
-            assert yamltrace.tiny.TinyAttention is ReassignedAttention
-        assert yamltrace.tiny.TinyAttention is SdpaTinyAttention
-    assert yamltrace.tiny.TinyAttention is TinyAttention
+            assert yamltrace.examples.tiny.TinyAttention is ReassignedAttention
+        assert yamltrace.examples.tiny.TinyAttention is SdpaTinyAttention
+    assert yamltrace.examples.tiny.TinyAttention is TinyAttention
 
 
 def test_spec_entries_apply_on_their_device_only():
@@ -383,8 +383,8 @@ def test_patch_model_keeps_dtype_and_training_mode(input_ids):
 def test_patch_model_fails_changing_nothing_on_unconvertible_modules(tiny):
     with pytest.raises(PatchError) as info:
         patch_model(tiny, {"TinyMLP": StatefulAttention, "TinyAttention": SdpaTinyAttention})
-    assert info.value.problems[0].startswith("layers.0.mlp (yamltrace.tiny.TinyMLP): cannot become ")
-    assert "no from_module(original) classmethod" in info.value.problems[0]
+    assert info.value.problems[0].message.startswith("layers.0.mlp (yamltrace.examples.tiny.TinyMLP): cannot become ")
+    assert "no from_module(original) classmethod" in info.value.problems[0].message
     assert len(info.value.problems) == 4
     with pytest.raises(PatchError, match="layers.0.self_attn .* is not a subclass of TinyAttention that adds no state"):
         patch_model(tiny, {"TinyAttention": StatefulAttention})

@@ -12,9 +12,9 @@ from transformers import LlamaModel, Qwen2MoeConfig, Qwen2MoeModel
 from transformers import monkey_patching as hf
 from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeTopKRouter
 
-from yamltrace import patch_registry as ours
+from yamltrace import patch as ours
 from yamltrace.kernels import SdpaLlamaAttention
-from yamltrace.patching import apply_patches, patch_model, patch_output_recorders
+from yamltrace.patch import apply_patches, patch_model, patch_output_recorders
 from yamltrace.tracing import trace
 
 pytestmark = pytest.mark.oracle

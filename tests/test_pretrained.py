@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import yamltrace.tiny
+import yamltrace.examples.tiny
 from yamltrace.errors import SpecError
 from yamltrace.kernels import SdpaTinyAttention
-from yamltrace.patch_registry import get_patch_mapping
-from yamltrace.patching import apply_patches
-from yamltrace.pretrained import SPEC_FILE, from_pretrained, save_pretrained
-from yamltrace.tiny import TinyAttention, TinyConfig, TinyMLP, TinyModel
+from yamltrace.patch import get_patch_mapping
+from yamltrace.patch import apply_patches
+from yamltrace.checkpoint import SPEC_FILE, from_pretrained, save_pretrained
+from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyMLP, TinyModel
 from yamltrace.tracing import trace
 
 SDPA = "yamltrace.kernels:SdpaTinyAttention"
@@ -32,7 +32,7 @@ def _write_spec(directory: Path, text: str) -> None:
 
 def test_save_writes_config_weights_and_spec(checkpoint: Path) -> None:
     assert sorted(p.name for p in checkpoint.iterdir()) == ["config.json", "model.safetensors", SPEC_FILE]
-    assert "hidden_states: yamltrace.tiny:TinyDecoderLayer" in (checkpoint / SPEC_FILE).read_text()
+    assert "hidden_states: yamltrace.examples.tiny:TinyDecoderLayer" in (checkpoint / SPEC_FILE).read_text()
 
 
 def test_round_trip_gives_equal_outputs_and_attaches_the_spec(tiny, checkpoint, input_ids) -> None:
@@ -47,7 +47,7 @@ def test_round_trip_gives_equal_outputs_and_attaches_the_spec(tiny, checkpoint, 
 def test_loaded_spec_drives_the_decorator_and_trace(tiny, checkpoint, input_ids) -> None:
     _write_spec(
         checkpoint,
-        "yamltrace: 1\nmodel: TinyModel\nimports: [yamltrace.tiny]\n"
+        "yamltrace: 1\nmodel: TinyModel\nimports: [yamltrace.examples.tiny]\n"
         "outputs:\n  hidden_states: TinyDecoderLayer\n  mlp_outputs: {target: TinyMLP, index: 0, layers: [0, -1]}\n",
     )
     loaded = TinyModel.from_pretrained(checkpoint).eval()
@@ -68,7 +68,7 @@ def test_overrides_swap_a_kernel_and_add_a_key_without_editing_the_file(tiny, ch
     ).eval()
     assert (checkpoint / SPEC_FILE).read_text() == shipped
     assert all(type(layer.self_attn) is SdpaTinyAttention for layer in loaded.layers)
-    assert yamltrace.tiny.TinyAttention is TinyAttention
+    assert yamltrace.examples.tiny.TinyAttention is TinyAttention
     torch.testing.assert_close(loaded(input_ids).last_hidden_state, tiny(input_ids).last_hidden_state, rtol=0, atol=1e-5)
     with trace(loaded) as captures:
         loaded(input_ids)
@@ -79,7 +79,7 @@ def test_overrides_swap_a_kernel_and_add_a_key_without_editing_the_file(tiny, ch
 
 
 def test_spec_argument_replaces_the_checkpoint_spec(checkpoint) -> None:
-    loaded = TinyModel.from_pretrained(checkpoint, spec={"yamltrace": 1, "outputs": {"mlp": "yamltrace.tiny:TinyMLP"}})
+    loaded = TinyModel.from_pretrained(checkpoint, spec={"yamltrace": 1, "outputs": {"mlp": "yamltrace.examples.tiny:TinyMLP"}})
     assert set(loaded.yamltrace_spec.outputs) == {"mlp"}
 
 
@@ -89,7 +89,7 @@ def test_spec_and_overrides_together_are_refused(checkpoint) -> None:
 
 
 def test_spec_for_another_model_class_is_a_spec_error(checkpoint) -> None:
-    _write_spec(checkpoint, "yamltrace: 1\nmodel: LlamaModel\noutputs:\n  hidden_states: yamltrace.tiny:TinyDecoderLayer\n")
+    _write_spec(checkpoint, "yamltrace: 1\nmodel: LlamaModel\noutputs:\n  hidden_states: yamltrace.examples.tiny:TinyDecoderLayer\n")
     with pytest.raises(SpecError, match="LlamaModel"):
         TinyModel.from_pretrained(checkpoint)
 
@@ -97,18 +97,17 @@ def test_spec_for_another_model_class_is_a_spec_error(checkpoint) -> None:
 def test_bad_spec_fails_before_weights_are_read_and_changes_nothing(checkpoint, monkeypatch) -> None:
     _write_spec(
         checkpoint,
-        "yamltrace: 1\nimports: [yamltrace.tiny]\noutputs:\n  hidden_states: NoSuchLayer\n"
+        "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: NoSuchLayer\n"
         f"patches:\n  TinyAttention: {SDPA}\n",
     )
-    read = []
-    monkeypatch.setattr("yamltrace.pretrained._read_weights", lambda path: read.append(path))
+    # Weights that cannot be read: the spec's error comes first, so they are never opened.
+    (checkpoint / "model.safetensors").write_bytes(b"not a safetensors file")
     registry, modules = get_patch_mapping(), set(sys.modules)
     with pytest.raises(SpecError, match="NoSuchLayer"):
         TinyModel.from_pretrained(checkpoint)
-    assert read == []
     assert get_patch_mapping() == registry
     assert set(sys.modules) == modules
-    assert yamltrace.tiny.TinyAttention is TinyAttention
+    assert yamltrace.examples.tiny.TinyAttention is TinyAttention
 
 
 def test_failed_weight_load_restores_patched_classes(checkpoint) -> None:
@@ -120,7 +119,7 @@ def test_failed_weight_load_restores_patched_classes(checkpoint) -> None:
     save_file(weights, str(checkpoint / "model.safetensors"))
     with pytest.raises(ValueError, match=r"missing keys \['norm.weight'\], unexpected keys \['extra.weight'\]"):
         from_pretrained(TinyModel, checkpoint, overrides={"patches": {"TinyAttention": SDPA}})
-    assert yamltrace.tiny.TinyAttention is TinyAttention
+    assert yamltrace.examples.tiny.TinyAttention is TinyAttention
 
 
 def test_torch_weights_are_read_with_weights_only(tiny, checkpoint, input_ids) -> None:
@@ -138,13 +137,13 @@ def test_missing_weights_file_is_reported(checkpoint) -> None:
 
 def test_two_checkpoints_with_different_specs_do_not_affect_each_other(tiny, tmp_path, input_ids) -> None:
     patched_dir, plain_dir = tmp_path / "patched", tmp_path / "plain"
-    save_pretrained(tiny, patched_dir, spec=f"yamltrace: 1\nimports: [yamltrace.tiny]\noutputs:\n  attentions: TinyAttention\npatches:\n  TinyAttention: {SDPA}\n")
+    save_pretrained(tiny, patched_dir, spec=f"yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  attentions: TinyAttention\npatches:\n  TinyAttention: {SDPA}\n")
     save_pretrained(tiny, plain_dir)
     patched = TinyModel.from_pretrained(patched_dir).eval()
     plain = TinyModel.from_pretrained(plain_dir).eval()
     assert all(type(layer.self_attn) is SdpaTinyAttention for layer in patched.layers)
     assert all(type(layer.self_attn) is TinyAttention for layer in plain.layers)
-    assert TinyModel._can_record_outputs == {"hidden_states": yamltrace.tiny.TinyDecoderLayer, "attentions": TinyAttention}
+    assert TinyModel._can_record_outputs == {"hidden_states": yamltrace.examples.tiny.TinyDecoderLayer, "attentions": TinyAttention}
     with trace(plain) as captures:
         plain(input_ids)
     assert len(captures["attentions"]) == 4 and all(a is not None for a in captures["attentions"])
@@ -177,7 +176,7 @@ class StandaloneMLP(torch.nn.Module):
 def test_trace_of_a_loaded_model_follows_recorders_to_replacements(tmp_path, input_ids) -> None:
     spec = {
         "yamltrace": 1,
-        "outputs": {"mlp": {"target": "yamltrace.tiny:TinyMLP", "index": 0}},
+        "outputs": {"mlp": {"target": "yamltrace.examples.tiny:TinyMLP", "index": 0}},
         "patches": {"TinyMLP": f"{__name__}:StandaloneMLP"},
     }
     with apply_patches({"TinyMLP": StandaloneMLP}, modules=TinyModel):

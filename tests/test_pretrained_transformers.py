@@ -16,8 +16,8 @@ from transformers.models.llama import modeling_llama  # noqa: E402
 import yamltrace  # noqa: E402
 from yamltrace.errors import SpecError  # noqa: E402
 from yamltrace.kernels import SdpaLlamaAttention  # noqa: E402
-from yamltrace.patch_registry import get_patch_mapping  # noqa: E402
-from yamltrace.pretrained import SPEC_FILE, from_pretrained, save_pretrained  # noqa: E402
+from yamltrace.patch import get_patch_mapping  # noqa: E402
+from yamltrace.checkpoint import SPEC_FILE, from_pretrained, save_pretrained  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from yamltrace.hooks import plan_hooks
-from yamltrace.recorder import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map, normalized_tasks
+from yamltrace.engine import plan_hooks
+from yamltrace.engine import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map, normalized_tasks
 
 
 class Attention(nn.Module):

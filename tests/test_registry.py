@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-import yamltrace.tiny
+import yamltrace.examples.tiny
 from yamltrace.errors import SpecError
-from yamltrace.registry import (
+from yamltrace.spec import (
     ENTRY_POINT_GROUP,
     ClassRegistry,
     ImportPolicy,
@@ -113,7 +113,7 @@ def test_paths_with_colon_and_dot() -> None:
     registry = ClassRegistry(entry_point_group=None)
     assert registry.resolve("torch.nn:Linear") is nn.Linear
     assert registry.resolve("torch.nn.Linear") is nn.Linear
-    assert registry.resolve("yamltrace.tiny:TinyAttention") is yamltrace.tiny.TinyAttention
+    assert registry.resolve("yamltrace.examples.tiny:TinyAttention") is yamltrace.examples.tiny.TinyAttention
 
 
 def test_nested_qualname(plugins: None) -> None:
@@ -136,11 +136,11 @@ def test_not_found_lists_searched_modules_and_suggests_close_names() -> None:
     registry = ClassRegistry(entry_point_group=None)
     registry.register("TinyAttentionFused", Custom)
     with pytest.raises(SpecError) as info:
-        registry.resolve("TinyAtention", imports=["torch.nn"], model_module="yamltrace.tiny")
+        registry.resolve("TinyAtention", imports=["torch.nn"], model_module="yamltrace.examples.tiny")
     message = str(info.value)
     assert "class 'TinyAtention' not found" in message
-    assert "modules 'torch.nn', 'yamltrace.tiny'" in message
-    assert "'yamltrace.tiny'; did you mean 'TinyAttention', 'TinyAttentionFused' or 'MultiheadAttention'?" in message
+    assert "modules 'torch.nn', 'yamltrace.examples.tiny'" in message
+    assert "'yamltrace.examples.tiny'; did you mean 'TinyAttention', 'TinyAttentionFused' or 'MultiheadAttention'?" in message
 
 
 def test_bare_name_without_imports_says_where_to_add_the_module() -> None:
@@ -173,13 +173,13 @@ def test_subclass_of_is_checked_on_the_resolved_object() -> None:
 
 def test_resolution_is_cached_until_the_registry_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     registry = ClassRegistry(entry_point_group=None)
-    mlp = yamltrace.tiny.TinyMLP
-    assert registry.resolve("TinyMLP", imports=["yamltrace.tiny"]) is mlp
-    monkeypatch.delattr(yamltrace.tiny, "TinyMLP")
-    assert registry.resolve("TinyMLP", imports=["yamltrace.tiny"]) is mlp
+    mlp = yamltrace.examples.tiny.TinyMLP
+    assert registry.resolve("TinyMLP", imports=["yamltrace.examples.tiny"]) is mlp
+    monkeypatch.delattr(yamltrace.examples.tiny, "TinyMLP")
+    assert registry.resolve("TinyMLP", imports=["yamltrace.examples.tiny"]) is mlp
     registry.register("Unrelated", Custom)  # any change clears the cache
     with pytest.raises(SpecError, match="'TinyMLP' not found"):
-        registry.resolve("TinyMLP", imports=["yamltrace.tiny"])
+        registry.resolve("TinyMLP", imports=["yamltrace.examples.tiny"])
 
 
 def test_entry_point_plugins_are_discovered_but_imported_only_when_used(plugins: None) -> None:

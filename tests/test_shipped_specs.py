@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from torch import nn
 
-from yamltrace.schema import SCHEMA_ID, load_schema, validate_spec
+from yamltrace.spec import SCHEMA_ID, load_schema, validate_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -52,7 +52,7 @@ def test_shipped_spec_names_module_classes_of_its_imports(path: Path) -> None:
 
 
 def test_tiny_spec_matches_the_tiny_model_map() -> None:
-    from yamltrace.tiny import TinyModel
+    from yamltrace.examples.tiny import TinyModel
 
     outputs = validate_spec(ROOT / "specs" / "tiny.yaml").data["outputs"]
     assert outputs == {key: cls.__name__ for key, cls in TinyModel._can_record_outputs.items()}
@@ -66,10 +66,10 @@ def test_last_layers_spec_selects_first_and_last() -> None:
 def test_validation_imports_neither_torch_nor_the_named_modules() -> None:
     script = (
         "import json, sys\n"
-        "from yamltrace.schema import validate_spec\n"
+        "from yamltrace.spec import validate_spec\n"
         f"for path in {json.dumps([str(p) for p in SPECS])}:\n"
         "    validate_spec(path)\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers') or m == 'yamltrace.tiny')))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers') or m == 'yamltrace.examples.tiny')))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
     assert json.loads(result.stdout) == []

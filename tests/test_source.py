@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from yamltrace import source as source_module
+from yamltrace.spec import _reader as source_module
 from yamltrace.errors import SpecError
-from yamltrace.source import MAX_DEPTH, SpecDocument, read_spec_document
+from yamltrace.spec import MAX_DEPTH, SpecDocument, read_spec_document
 
 
 def messages(text: str | bytes, **kwargs: object) -> list[str]:

@@ -12,17 +12,17 @@ from torch import nn
 import yamltrace
 from yamltrace.capture import capture_outputs
 from yamltrace.errors import SpecError
-from yamltrace.recorder import OutputRecorder
-from yamltrace.registry import ClassRegistry
+from yamltrace.engine import OutputRecorder
+from yamltrace.spec import ClassRegistry
 from yamltrace.spec import PatchEntry, Spec, load_spec, spec_from_model
-from yamltrace.tiny import TinyAttention, TinyDecoderLayer, TinyMLP, TinyModel
+from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyMLP, TinyModel
 
 SPECS = Path(__file__).parent.parent / "specs"
 
 TINY_SPEC = """\
 yamltrace: 1
 model: TinyModel
-imports: [yamltrace.tiny]
+imports: [yamltrace.examples.tiny]
 outputs:
   hidden_states: TinyDecoderLayer
   attentions: {target: TinyAttention, index: 1}
@@ -30,17 +30,16 @@ outputs:
 
 FULL_SPEC = r"""yamltrace: 1
 model: TinyModel
-imports: [yamltrace.tiny]
+imports: [yamltrace.examples.tiny]
 outputs:
   hidden_states: {target: TinyDecoderLayer, layers: [0, -1], capture_initial_hidden_state: false, num_hidden_layers_key: n_layer}
   attentions: [TinyAttention, {class_name: .self_attn, index: 1, layer_name: layers}]
-  mlp_outputs: {target: "yamltrace.tiny:TinyMLP", index: 0}
+  mlp_outputs: {target: "yamltrace.examples.tiny:TinyMLP", index: 0}
   gates: {target: torch.nn.Linear}
 options: {tie_last_hidden_states: false}
-config_defaults: [use_cache]
 patches:
   TinyMLP: torch.nn:Identity
-  "^Tiny\\w*Attention$": {replace_with: yamltrace.tiny.TinyAttention, device: cuda}
+  "^Tiny\\w*Attention$": {replace_with: yamltrace.examples.tiny.TinyAttention, device: cuda}
 """
 
 
@@ -71,10 +70,10 @@ def test_bare_names_get_the_default_index_and_objects_map_their_fields() -> None
     }
     assert spec.patches == (
         PatchEntry("TinyMLP", nn.Identity, "torch.nn:Identity"),
-        PatchEntry(r"^Tiny\w*Attention$", TinyAttention, "yamltrace.tiny.TinyAttention", "cuda"),
+        PatchEntry(r"^Tiny\w*Attention$", TinyAttention, "yamltrace.examples.tiny.TinyAttention", "cuda"),
     )
     assert dict(spec.options) == {"tie_last_hidden_states": False}
-    assert (spec.model, spec.imports, spec.config_defaults, spec.source) == ("TinyModel", ("yamltrace.tiny",), ("use_cache",), None)
+    assert (spec.model, spec.imports, spec.source) == ("TinyModel", ("yamltrace.examples.tiny",), None)
 
 
 def test_hidden_states_keys_default_to_index_0_others_to_1() -> None:
@@ -114,11 +113,11 @@ def test_a_path_records_its_source(tmp_path: Path) -> None:
 def test_all_problems_are_reported_together_and_located() -> None:
     text = """\
 yamltrace: 1
-imports: [yamltrace.tiny, untrusted_kernels.attn]
+imports: [yamltrace.examples.tiny, untrusted_kernels.attn]
 outputs:
   hidden_states: TinyDecoderLayr
   attentions: {target: "os:system", index: 1}
-  mlp: "yamltrace.tiny:TinyConfig"
+  mlp: "yamltrace.examples.tiny:TinyConfig"
 patches:
   "(unclosed": torch.nn:Identity
 """
@@ -132,10 +131,10 @@ patches:
         "$.outputs.mlp",
         "$.patches['(unclosed']",
     ]
-    assert [(issue.line, issue.column) for issue in issues.values()] == [(2, 27), (4, 18), (5, 24), (6, 8), (8, 3)]
+    assert [(issue.line, issue.column) for issue in issues.values()] == [(2, 36), (4, 18), (5, 24), (6, 8), (8, 3)]
     assert "module 'untrusted_kernels.attn' is not imported yet" in issues["$.imports[1]"].message
     assert "trust_imports=True" in issues["$.imports[1]"].message
-    assert "class 'TinyDecoderLayr' not found; searched the registered names and modules 'yamltrace.tiny'" in issues[
+    assert "class 'TinyDecoderLayr' not found; searched the registered names and modules 'yamltrace.examples.tiny'" in issues[
         "$.outputs.hidden_states"
     ].message
     assert "'TinyDecoderLayer'" in issues["$.outputs.hidden_states"].message
@@ -175,7 +174,7 @@ def test_to_yaml_round_trips_every_field() -> None:
     spec = load_spec(FULL_SPEC)
     text = spec.to_yaml()
     assert text.startswith("# yaml-language-server: $schema=")
-    assert "yamltrace.tiny:TinyDecoderLayer" in text
+    assert "yamltrace.examples.tiny:TinyDecoderLayer" in text
     again = load_spec(text)
     assert again == spec
     assert again.outputs == spec.outputs and again.patches == spec.patches

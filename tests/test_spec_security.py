@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from yamltrace.errors import SpecError
-from yamltrace.registry import default_registry
-from yamltrace.schema import validate_spec
+from yamltrace.spec import default_registry
+from yamltrace.spec import validate_spec
 from yamltrace.spec import load_spec
 
 PLUGINS = Path(__file__).parent / "data" / "plugins"
@@ -136,7 +136,7 @@ _KNOWN = st.sampled_from(
         "importlib:import_module",
         "torch.nn:Linear",
         "torch.nn.Identity",
-        "yamltrace.tiny:TinyMLP",
+        "yamltrace.examples.tiny:TinyMLP",
         "TinyAttention",
         "Identity",
         SIDE_EFFECT,
@@ -145,7 +145,7 @@ _KNOWN = st.sampled_from(
     ]
 )
 _REFERENCE = _KNOWN | _DOTTED | st.tuples(_DOTTED, _DOTTED).map(":".join)
-_MODULE = st.sampled_from([SIDE_EFFECT, "ytplugins.objects", "torch.nn", "yamltrace.tiny", "os"]) | _DOTTED
+_MODULE = st.sampled_from([SIDE_EFFECT, "ytplugins.objects", "torch.nn", "yamltrace.examples.tiny", "os"]) | _DOTTED
 _RECORDER = _REFERENCE | st.fixed_dictionaries({"target": _REFERENCE}, optional={"index": st.integers(-3, 3)})
 _DOCUMENT = st.fixed_dictionaries(
     {

@@ -10,7 +10,7 @@ import transformers
 from _oracle import tiny_llama_config
 
 import yamltrace
-from yamltrace.recorder import normalize_output_map
+from yamltrace.engine import normalize_output_map
 from yamltrace.spec import load_spec, spec_from_model
 
 pytestmark = pytest.mark.oracle

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from _footprint import hook_count
-from yamltrace.tiny import TinyModel
+from yamltrace.examples.tiny import TinyModel
 from yamltrace.tracing import trace
 
 THREADS = 8

@@ -11,11 +11,12 @@ from torch import nn
 
 from _footprint import hook_count
 from yamltrace.capture import capture_outputs
-from yamltrace.config import Config
+from yamltrace.modeling import Config
 from yamltrace.modeling import merge_with_config_defaults
-from yamltrace.recorder import OutputRecorder
-from yamltrace.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyModel
-from yamltrace.tracing import _active_traces, trace
+from yamltrace.engine import OutputRecorder
+from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyModel
+from yamltrace.engine import active_sessions
+from yamltrace.tracing import trace
 
 
 
@@ -148,7 +149,7 @@ def test_failed_step_is_discarded_and_state_is_clean(seq, x) -> None:
     assert_all_equal(captures.steps[0]["hidden_states"], (x, *linear_outputs(seq, x)))
     assert_all_equal(captures.steps[1]["hidden_states"], (x * 3, *linear_outputs(seq, x * 3)))
     assert hook_count(seq) == 0
-    assert _active_traces.get() == ()
+    assert active_sessions() == ()
 
 
 def test_exception_in_the_block_removes_hooks(tiny, input_ids) -> None:
@@ -157,7 +158,7 @@ def test_exception_in_the_block_removes_hooks(tiny, input_ids) -> None:
             tiny(input_ids)
             raise RuntimeError("inside the block")
     assert hook_count(tiny) == 0
-    assert _active_traces.get() == ()
+    assert active_sessions() == ()
     with trace(tiny) as captures:
         tiny(input_ids)
     assert len(captures.steps) == 1

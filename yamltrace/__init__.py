@@ -1,75 +1,81 @@
 """yamltrace: declarative, YAML-configured capture of submodule outputs for PyTorch models.
 
+The data flows one way, and the subpackages follow it: YAML text -> validated document -> resolved
+`Spec` (`yamltrace.spec`) -> hooks that record (`yamltrace.engine`, used by `capture_outputs` and
+`trace`) and class swaps (`yamltrace.patch`) -> checkpoints that carry their spec
+(`yamltrace.checkpoint`). `yamltrace.modeling` holds the transformers-compatible model base.
+
 Public names load on first use, so `yamltrace.validate_spec` (and the command line's `validate`)
 never imports torch.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-# public name -> the private module that defines it
+# public name -> the module that defines it
 _EXPORTS = {
-    "BaseModelOutput": "outputs",
-    "BaseModelOutputWithPast": "outputs",
-    "Captures": "tracing",
-    "Config": "config",
-    "ModelOutput": "outputs",
-    "OutputRecorder": "recorder",
-    "PatchEntry": "spec",
-    "PatchHandle": "patching",
-    "PreTrainedModel": "modeling",
-    "Spec": "spec",
-    "SpecError": "errors",
-    "SpecIssue": "errors",
-    "apply_patches": "patching",
-    "capture_outputs": "capture",
-    "clear_patch_mapping": "patch_registry",
-    "from_pretrained": "pretrained",
-    "get_patch_mapping": "patch_registry",
-    "load_spec": "spec",
-    "merge_with_config_defaults": "modeling",
-    "patch_model": "patching",
-    "patch_output_recorders": "patching",
-    "register_class": "registry",
-    "register_patch_mapping": "patch_registry",
-    "save_pretrained": "pretrained",
-    "spec_from_model": "spec",
-    "trace": "tracing",
-    "unregister_patch_mapping": "patch_registry",
-    "validate_spec": "schema",
+    # capture
+    "Captures": ".tracing",
+    "OutputRecorder": ".engine",
+    "capture_outputs": ".capture",
+    "trace": ".tracing",
+    # specs
+    "PatchEntry": ".spec",
+    "Spec": ".spec",
+    "load_spec": ".spec",
+    "register_class": ".spec",
+    "spec_from_model": ".spec",
+    "unregister_class": ".spec",
+    "validate_spec": ".spec",
+    # patching (the scoped API first; the process-wide registry is kept for transformers parity)
+    "PatchHandle": ".patch",
+    "apply_patches": ".patch",
+    "patch_model": ".patch",
+    "patch_output_recorders": ".patch",
+    "clear_patch_mapping": ".patch",
+    "get_patch_mapping": ".patch",
+    "register_patch_mapping": ".patch",
+    "unregister_patch_mapping": ".patch",
+    # checkpoints
+    "from_pretrained": ".checkpoint",
+    "save_pretrained": ".checkpoint",
+    # the transformers-compatible model base (also in yamltrace.modeling)
+    "ModelOutput": ".modeling",
+    "PreTrainedModel": ".modeling",
+    "merge_with_config_defaults": ".modeling",
+    # errors
+    "CaptureError": ".errors",
+    "PatchError": ".errors",
+    "PatchProblem": ".errors",
+    "SpecError": ".errors",
+    "SpecIssue": ".errors",
+    "YamltraceError": ".errors",
 }
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'yamltrace' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 if TYPE_CHECKING:
     from .capture import capture_outputs
-    from .config import Config
-    from .errors import SpecError, SpecIssue
-    from .modeling import PreTrainedModel, merge_with_config_defaults
-    from .outputs import BaseModelOutput, BaseModelOutputWithPast, ModelOutput
-    from .patch_registry import clear_patch_mapping, get_patch_mapping, register_patch_mapping, unregister_patch_mapping
-    from .patching import PatchHandle, apply_patches, patch_model, patch_output_recorders
-    from .pretrained import from_pretrained, save_pretrained
-    from .recorder import OutputRecorder
-    from .registry import register_class
-    from .schema import validate_spec
-    from .spec import PatchEntry, Spec, load_spec, spec_from_model
+    from .checkpoint import from_pretrained, save_pretrained
+    from .engine import OutputRecorder
+    from .errors import CaptureError, PatchError, PatchProblem, SpecError, SpecIssue, YamltraceError
+    from .modeling import ModelOutput, PreTrainedModel, merge_with_config_defaults
+    from .patch import (
+        PatchHandle,
+        apply_patches,
+        clear_patch_mapping,
+        get_patch_mapping,
+        patch_model,
+        patch_output_recorders,
+        register_patch_mapping,
+        unregister_patch_mapping,
+    )
+    from .spec import PatchEntry, Spec, load_spec, register_class, spec_from_model, unregister_class, validate_spec
     from .tracing import Captures, trace

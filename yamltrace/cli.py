@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .errors import SpecError, SpecIssue
-from .schema import SCHEMA_FILE, validate_spec
-from .source import DEFAULT_MAX_BYTES
+from .spec import DEFAULT_MAX_BYTES, SCHEMA_FILE, validate_spec
 
 __all__ = ["FileResult", "GitHubReporter", "JsonReporter", "Reporter", "TextReporter", "main"]
 

@@ -1,7 +1,9 @@
-"""SpecError and its structured issues: every problem in a spec, located, rendered late.
+"""Every error yamltrace raises, under one base: `YamltraceError`.
 
-An issue is data (file, line, column, JSON path, message); `SpecError` carries all of them and renders
-each as `file:line:column: $.json.path: message`, so text, JSON and CI annotations share one source.
+Errors are data rendered late. A `SpecIssue` is one located problem in a spec (file, line, column,
+JSON path, message); `SpecError` carries all of them and renders each as
+`file:line:column: $.json.path: message`, so text, JSON and CI annotations share one source.
+A `PatchProblem` is one reason a patch cannot apply; `PatchError` carries all of them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["SpecIssue", "SpecError", "format_json_path", "did_you_mean"]
+__all__ = [
+    "YamltraceError",
+    "SpecIssue",
+    "SpecError",
+    "PatchProblem",
+    "PatchError",
+    "CaptureError",
+    "format_json_path",
+    "did_you_mean",
+]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -30,10 +41,19 @@ def format_json_path(path: Sequence[str | int]) -> str:
     return "".join(parts)
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`"; did you mean 'x'?"` naming the closest of `choices` (difflib), or `""` when none is close."""
-    match = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean {match[0]!r}?" if match else ""
+def did_you_mean(word: str, choices: Iterable[str], *, n: int = 1) -> str:
+    """`"; did you mean 'x'?"` naming up to `n` of the closest `choices` (difflib), or `""` when none is close.
+
+    With several: `"; did you mean 'a', 'b' or 'c'?"`.
+    """
+    close = [repr(c) for c in difflib.get_close_matches(word, sorted({str(c) for c in choices}), n=n, cutoff=0.6)]
+    if not close:
+        return ""
+    return f"; did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
+
+
+class YamltraceError(Exception):
+    """Base of every error yamltrace raises on purpose: catch this one type to handle them all."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +94,7 @@ def _order(issue: SpecIssue) -> tuple[Any, ...]:
     return (issue.file or "", issue.line or 0, issue.column or 0, issue.json_path, issue.message)
 
 
-class SpecError(ValueError):
+class SpecError(YamltraceError, ValueError):
     """A spec that cannot be used; `issues` lists every problem found, in file order."""
 
     def __init__(self, issues: Iterable[SpecIssue]) -> None:
@@ -97,3 +117,29 @@ class SpecError(ValueError):
     ) -> SpecError:
         """A SpecError with one issue."""
         return cls([SpecIssue(message, json_path, file, line, column)])
+
+
+@dataclass(frozen=True)
+class PatchProblem:
+    """One reason a patch cannot apply: where (a module path or class name), and what is wrong."""
+
+    message: str
+    path: str | None = None
+
+    def render(self) -> str:
+        return self.message
+
+
+class PatchError(YamltraceError, ValueError):
+    """A patch cannot be applied; `problems` lists every reason found (nothing was changed)."""
+
+    def __init__(self, problems: Iterable[PatchProblem | str]) -> None:
+        self.problems = tuple(p if isinstance(p, PatchProblem) else PatchProblem(p) for p in problems)
+        super().__init__("\n".join(p.render() for p in self.problems))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problems,))
+
+
+class CaptureError(YamltraceError, IndexError):
+    """A capture cannot record what its recorder asks for (an index past a module's tuple output)."""

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .tiny import TinyAttention
+from .examples.tiny import TinyAttention
 
 __all__ = ["SdpaTinyAttention", "SdpaLlamaAttention"]
 
@@ -44,7 +44,7 @@ def _adopt(cls: type[M], original: nn.Module) -> M:
 
 
 class SdpaTinyAttention(TinyAttention):
-    """`yamltrace.tiny.TinyAttention` computed with SDPA; returns `(output, None)`."""
+    """`yamltrace.examples.tiny.TinyAttention` computed with SDPA; returns `(output, None)`."""
 
     @classmethod
     def from_module(cls, original: TinyAttention) -> SdpaTinyAttention:

@@ -8,47 +8,32 @@ single forward gives exactly the model's own `output_hidden_states` / `output_at
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
-import sys
 from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any
 
 from torch import nn
-from torch.compiler import is_compiling
 
-from .capture import tie_last_hidden_state
-from .hooks import Collector, install_hooks, own_output_map, plan_hooks, remove_hooks
-from .recorder import OutputRecorder, normalize_output_map, normalized_tasks
-from .selection import resolve_selections
+from .engine import (
+    Collector,
+    OutputRecorder,
+    Session,
+    decorator_tie_last,
+    install_hooks,
+    normalize_output_map,
+    normalized_tasks,
+    own_output_map,
+    plan_hooks,
+    resolve_selections,
+    tie_last_enabled,
+    tie_last_hidden_state,
+    uncompiled,
+)
+from .errors import did_you_mean
+from .spec import Spec, load_spec
 
 __all__ = ["trace", "Captures"]
-
-# The trace collectors active in this context; a trace's hooks record only while it is listed here.
-_active_traces: ContextVar[tuple[Collector, ...]] = ContextVar("yamltrace_active_traces", default=())
-
-
-class _Gate:
-    """Whether a trace's hooks record for the current call.
-
-    Eagerly, a trace records only the calls made in the context (thread) that entered it, read from a
-    ContextVar. While torch.compile traces the hooks, a ContextVar cannot be read; the gate is then
-    a plain flag that is true while the block is open, so compiled code records calls from every
-    thread (documented in docs/capture.md).
-    """
-
-    __slots__ = ("open",)
-
-    def __init__(self) -> None:
-        self.open = True
-
-    def __call__(self, collector: Collector) -> bool:
-        if is_compiling():
-            return self.open
-        return collector in _active_traces.get()
-
 
 class Captures(Mapping[str, tuple]):
     """Read-only mapping `key -> tuple` of what a `trace` block captured, all steps concatenated.
@@ -73,8 +58,7 @@ class Captures(Mapping[str, tuple]):
 
     def __getitem__(self, key: str) -> tuple:
         if key not in self._keys:
-            hint = difflib.get_close_matches(key, self._keys, n=1)
-            raise KeyError(f"{key!r} was not traced; traced keys: {list(self._keys)}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+            raise KeyError(f"{key!r} was not traced; traced keys: {list(self._keys)}{did_you_mean(key, self._keys)}")
         end = self._ends[-1][self._keys.index(key)] if self._ends else 0
         return tuple(self._lists[key][:end])
 
@@ -87,36 +71,6 @@ class Captures(Mapping[str, tuple]):
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}: {len(self[k])}" for k in self._keys)
         return f"Captures({len(self._ends)} step(s); {counts})"
-
-
-def _forward_tie_last(model: nn.Module | type[nn.Module]) -> bool | None:
-    """The `tie_last_hidden_states` argument of the capture decorator on the model class's `forward`.
-
-    Reads yamltrace's marker, or the closure of transformers' `capture_outputs` wrapper; None if the
-    forward has no capture decorator.
-    """
-    func = getattr(model if isinstance(model, type) else type(model), "forward", None)
-    while func is not None:
-        marker = getattr(func, "__yamltrace_tie_last_hidden_states__", None)
-        if marker is not None:
-            return marker
-        code = getattr(func, "__code__", None)
-        if code is not None and "tie_last_hidden_states" in code.co_freevars and func.__closure__:
-            cell = func.__closure__[code.co_freevars.index("tie_last_hidden_states")]
-            return bool(cell.cell_contents)
-        func = getattr(func, "__wrapped__", None)
-    return None
-
-
-def _uncompiled(model: nn.Module) -> nn.Module:
-    """The module `torch.compile` wrapped, for `model` as `torch.compile` returned it; else `model`.
-
-    Dynamo is looked up in `sys.modules` only: if it was never imported, nothing is compiled.
-    """
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
-        return model._orig_mod
-    return model
 
 
 def _resolve_spec(model: nn.Module, spec: Any) -> tuple[tuple[tuple[str, OutputRecorder], ...], dict[str, Any], bool]:
@@ -134,25 +88,12 @@ def _resolve_spec(model: nn.Module, spec: Any) -> tuple[tuple[tuple[str, OutputR
         # from_pretrained set the attached spec's map on the instance, retargeted to patched classes.
         return normalized_tasks(own), dict(attached.options), False
     if isinstance(spec, (str, os.PathLike)):
-        from .spec import load_spec
-
         spec = load_spec(spec, for_model=model)
+    if isinstance(spec, Spec):
+        return normalize_output_map(spec.outputs), dict(spec.options), False
     if isinstance(spec, Mapping):
         return normalize_output_map(spec), {}, False
-    outputs = getattr(spec, "outputs", None)
-    if not isinstance(outputs, Mapping):
-        raise TypeError(f"trace() takes a Spec, a spec path or a capture dict, got {type(spec).__name__}.")
-    return normalize_output_map(outputs), dict(getattr(spec, "options", {}) or {}), False
-
-
-def _tie_last(model: nn.Module, options: Mapping[str, Any]) -> bool:
-    from_config = getattr(getattr(model, "config", None), "tie_last_hidden_states", None)
-    if from_config is not None:
-        return bool(from_config)
-    if options.get("tie_last_hidden_states") is not None:
-        return bool(options["tie_last_hidden_states"])
-    from_forward = _forward_tie_last(_uncompiled(model))
-    return True if from_forward is None else from_forward
+    raise TypeError(f"trace() takes a Spec, a spec path or a capture dict, got {type(spec).__name__}.")
 
 
 @contextlib.contextmanager
@@ -175,8 +116,7 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
     keys = known if outputs is None else tuple(dict.fromkeys([outputs] if isinstance(outputs, str) else outputs))
     for key in keys:
         if key not in known:
-            hint = difflib.get_close_matches(key, known, n=1)
-            raise KeyError(f"trace: output {key!r} is not in the spec (keys: {list(known)})" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+            raise KeyError(f"trace: output {key!r} is not in the spec (keys: {list(known)}){did_you_mean(key, known)}")
 
     plan = plan_hooks(model, tasks, nested_maps=nested_maps, keys=keys)
     hooked = {k: sum(1 for _, _, entries in plan if any(e[0] == k for e in entries)) for k in keys}
@@ -189,12 +129,13 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
         return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)
 
     selections = resolve_selections(tasks, keys, None, count_positions)
-    collector = Collector(keys, selections)
+    session = Session(Collector(keys, selections), block=True)
+    collector = session.collector
     lists, starts = collector.lists, collector.starts
     ends: list[tuple[int, ...]] = []
     captures = Captures(lists, ends)
-    is_active = _Gate()
-    tie_last = _tie_last(model, options) and "hidden_states" in lists
+    is_active = session.recording
+    tie_last = "hidden_states" in lists and tie_last_enabled(config, options, decorator_tie_last(uncompiled(model)))
     depth = 0
 
     # Steps are kept in place (no new containers inside the hooks, which torch.compile may trace):
@@ -205,13 +146,13 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
 
     def step_started(module: nn.Module, args: tuple) -> None:
         nonlocal depth
-        if is_active(collector):
+        if is_active():
             if depth == 0:
                 discard_unfinished()
             depth += 1
 
     def step_finished(module: nn.Module, args: tuple, output: Any) -> None:
-        if is_active(collector) and depth == 1:
+        if is_active() and depth == 1:
             if tie_last and len(lists["hidden_states"]) > starts["hidden_states"]:
                 tie_last_hidden_state(lists["hidden_states"], output, collector.last_transform.get("hidden_states"))
             ends.append(tuple([len(lists[key]) for key in keys]))
@@ -221,7 +162,7 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
     def step_ended(module: nn.Module, args: tuple, output: Any) -> None:
         # Runs after step_finished, and also when the forward raised: a failed step is discarded.
         nonlocal depth
-        if is_active(collector) and depth > 0:
+        if is_active() and depth > 0:
             depth -= 1
             if depth == 0:
                 discard_unfinished()
@@ -230,13 +171,14 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
     token = None
     try:
         handles.append(model.register_forward_pre_hook(step_started))
-        handles.extend(install_hooks(plan, collector, is_active))
+        handles.append(install_hooks(plan, session))
         handles.append(model.register_forward_hook(step_finished))
         handles.append(model.register_forward_hook(step_ended, always_call=True))
-        token = _active_traces.set(_active_traces.get() + (collector,))
+        token = session.enter()
         yield captures
     finally:
-        is_active.open = False
         if token is not None:
-            _active_traces.reset(token)
-        remove_hooks(handles)
+            session.exit(token)
+        session.open = False
+        for handle in handles:
+            handle.remove()

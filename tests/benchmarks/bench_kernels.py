@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
 from yamltrace.kernels import SdpaLlamaAttention, SdpaTinyAttention  # noqa: E402
-from yamltrace.patching import patch_model  # noqa: E402
-from yamltrace.tiny import TinyConfig, TinyModel  # noqa: E402
+from yamltrace.patch import patch_model  # noqa: E402
+from yamltrace.examples.tiny import TinyConfig, TinyModel  # noqa: E402
 
 SEQUENCE_LENGTHS = (128, 256)
 

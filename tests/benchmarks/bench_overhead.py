@@ -129,8 +129,8 @@ def test_on_one_forward(models) -> None:
 
 def _noop_like_trace(model: torch.nn.Module, recording: bool):
     """Hooks of the same kinds, on the same modules, as `trace(model)` installs, doing nothing (or appending)."""
-    from yamltrace.hooks import own_output_map, plan_hooks
-    from yamltrace.recorder import normalize_output_map
+    from yamltrace.engine import own_output_map, plan_hooks
+    from yamltrace.engine import normalize_output_map
 
     plan = plan_hooks(model, normalize_output_map(own_output_map(model)), nested_maps=True)
     store: list = []

@@ -42,7 +42,7 @@ def test_load_spec_warm() -> None:
 _FRESH = """
 import json, sys, time
 start = time.perf_counter()
-from yamltrace.schema import validate_spec
+from yamltrace.spec import validate_spec
 for path in sys.argv[1:]:
     validate_spec(path)
 print(json.dumps({"seconds": time.perf_counter() - start, "torch": "torch" in sys.modules}))

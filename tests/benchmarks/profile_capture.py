@@ -34,8 +34,8 @@ def per_call(fn, calls: int = 200, rounds: int = 15) -> float:
 def breakdown(layers: int = 8) -> None:
     import yamltrace
     from yamltrace.capture import _is_active as decorator_is_active
-    from yamltrace.hooks import Collector, install_hooks, own_output_map, plan_hooks, remove_hooks
-    from yamltrace.recorder import normalize_output_map
+    from yamltrace.engine import Collector, install_hooks, own_output_map, plan_hooks, remove_hooks
+    from yamltrace.engine import normalize_output_map
 
     torch.set_num_threads(1)
     models = harness.llama_variants(layers)

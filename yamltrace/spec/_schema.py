@@ -19,8 +19,8 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError
 
-from .errors import SpecError, SpecIssue, did_you_mean
-from .source import DEFAULT_MAX_BYTES, SpecDocument, read_spec_document
+from ..errors import SpecError, SpecIssue, did_you_mean
+from ._reader import DEFAULT_MAX_BYTES, SpecDocument, read_spec_document
 
 __all__ = ["SCHEMA_ID", "SCHEMA_FILE", "load_schema", "schema_issues", "validate_spec"]
 

@@ -30,7 +30,7 @@ import yaml
 from yaml.events import AliasEvent, StreamEndEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from .errors import SpecError, SpecIssue, format_json_path
+from ..errors import SpecError, SpecIssue, format_json_path
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "MERGED_SECTIONS", "Location", "SpecDocument", "read_spec_document"]
 

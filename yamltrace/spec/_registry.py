@@ -9,7 +9,6 @@ in group `yamltrace.classes`) need no import consent: registering or installing 
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import importlib
 import re
@@ -20,7 +19,7 @@ from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 from typing import Any, TypeVar, overload
 
-from .errors import SpecError
+from ..errors import SpecError, did_you_mean
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -213,7 +212,7 @@ class ClassRegistry:
         obj: Any = module
         for part in qualname.split("."):
             if not hasattr(obj, part):
-                hint = _hint(part, self.list() + _class_names(module))
+                hint = did_you_mean(part, self.list() + _class_names(module), n=3) or "."
                 raise SpecError.single(f"module {module_name!r} has no attribute {qualname!r}{hint}")
             obj = getattr(obj, part)
         return _require_class(name, obj)
@@ -231,7 +230,7 @@ class ClassRegistry:
         where = ", ".join(repr(m) for m in search_order) or "no modules (add the class's module to `imports`)"
         candidates = self.list() + [n for m in searched for n in _class_names(m)]
         raise SpecError.single(
-            f"class {name!r} not found; searched the registered names and modules {where}{_hint(name, candidates)}"
+            f"class {name!r} not found; searched the registered names and modules {where}{did_you_mean(name, candidates, n=3) or '.'}"
         )
 
 
@@ -265,14 +264,6 @@ def _describe(obj: Any) -> str:
 
 def _class_names(module: ModuleType) -> list[str]:
     return [n for n, v in vars(module).items() if isinstance(v, type) and not n.startswith("_")]
-
-
-def _hint(name: str, candidates: Iterable[str]) -> str:
-    """`"; did you mean 'A', 'B' or 'C'?"` for the names closest to `name` (difflib), else `"."`."""
-    close = [repr(c) for c in difflib.get_close_matches(name, sorted(set(candidates)), n=3)]
-    if not close:
-        return "."
-    return f"; did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
 
 
 default_registry = ClassRegistry()

@@ -1,6 +1,6 @@
 """The demo: trace the embedded TinyModel, ship it as a checkpoint with its spec, load it, swap a kernel.
 
-Run with `python -m yamltrace.demo` (the README's first command). Exits 0 when every check holds.
+Run with `python -m yamltrace.examples.demo` (the README's first command). Exits 0 when every check holds.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from typing import Any
 
 import torch
 
-from .pretrained import SPEC_FILE, from_pretrained, save_pretrained
+from ..checkpoint import SPEC_FILE, from_pretrained, save_pretrained
+from ..tracing import trace
 from .tiny import TinyConfig, TinyModel
-from .tracing import trace
 
 __all__ = ["main", "capture_table"]
 
 CHECKPOINT_SPEC = """\
 yamltrace: 1
 model: TinyModel
-imports: [yamltrace.tiny]
+imports: [yamltrace.examples.tiny]
 outputs:
   hidden_states: TinyDecoderLayer
   attentions: TinyAttention

@@ -1,4 +1,4 @@
-"""`Spec`: a validated, resolved, immutable capture spec; `load_spec`, `Spec.to_yaml`, `spec_from_model`.
+"""Validated document -> `Spec`: a resolved, immutable capture spec; `load_spec`, `Spec.to_yaml`.
 
 `load_spec` is all or nothing: the document is schema-checked, every class it names is resolved through
 the import registry (safe by default, see `yamltrace.registry`), and every problem is gathered into one
@@ -17,14 +17,13 @@ from typing import Any
 import yaml
 from torch import nn
 
-from .errors import SpecError, SpecIssue
-from .recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map
-from .registry import ClassRegistry, ImportPolicy, default_registry, import_module
-from .schema import SCHEMA_ID, validate_spec
-from .source import DEFAULT_MAX_BYTES, SpecDocument
-from .tracing import _forward_tie_last
+from ..engine import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map
+from ..errors import SpecError, SpecIssue
+from ._reader import DEFAULT_MAX_BYTES, SpecDocument
+from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
+from ._schema import SCHEMA_ID, validate_spec
 
-__all__ = ["PatchEntry", "Spec", "load_spec", "spec_from_model"]
+__all__ = ["PatchEntry", "Spec", "load_spec"]
 
 _DEFAULT_LAYERS_KEY = OutputRecorder.__dataclass_fields__["num_hidden_layers_key"].default
 _DTYPE_NAMES = {dtype: name for name, dtype in CAPTURE_DTYPES.items()}
@@ -58,7 +57,6 @@ class Spec:
     source: str | None = field(default=None, compare=False)
     model: str | None = None
     imports: tuple[str, ...] = ()
-    config_defaults: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         grouped: dict[str, tuple[OutputRecorder, ...]] = {key: () for key in self.outputs}
@@ -66,7 +64,7 @@ class Spec:
             grouped[key] += (recorder,)
         object.__setattr__(self, "outputs", MappingProxyType(grouped))
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
-        for name in ("patches", "imports", "config_defaults"):
+        for name in ("patches", "imports"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def capture_map(self) -> dict[str, list[OutputRecorder]]:
@@ -91,8 +89,6 @@ class Spec:
         document["outputs"] = outputs
         if self.options:
             document["options"] = dict(self.options)
-        if self.config_defaults:
-            document["config_defaults"] = list(self.config_defaults)
         if self.patches:
             document["patches"] = {
                 p.pattern: {"replace_with": p.replace_with, "device": p.device} if p.device else p.replace_with
@@ -190,7 +186,6 @@ class _Resolver:
             source=self.document.file,
             model=data.get("model"),
             imports=tuple(data.get("imports", [])),
-            config_defaults=tuple(data.get("config_defaults", [])),
         )
 
     def check_model(self, model: str | None) -> None:
@@ -289,17 +284,3 @@ def load_spec(
     document = validate_spec(source, max_bytes=max_bytes)
     policy = ImportPolicy.for_model(for_model, trust=trust_imports)
     return _Resolver(document, registry or default_registry, policy, for_model).spec()
-
-
-def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
-    """Export a model's `_can_record_outputs` (yamltrace's or transformers') as a Spec.
-
-    The capture decorator's `tie_last_hidden_states=False` on the model's `forward` becomes the option
-    `tie_last_hidden_states: false`.
-    """
-    model_cls = cls_or_model if isinstance(cls_or_model, type) else type(cls_or_model)
-    output_map: CaptureMap | None = getattr(cls_or_model, "_can_record_outputs", None)
-    if not isinstance(output_map, Mapping) or not output_map:
-        raise ValueError(f"{model_cls.__name__} declares no _can_record_outputs, so there is no spec to export.")
-    options = {"tie_last_hidden_states": False} if _forward_tie_last(model_cls) is False else {}
-    return Spec(outputs=output_map, options=options, model=model_cls.__name__)

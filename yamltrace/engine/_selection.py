@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .hooks import resolve_positions
-from .recorder import OutputRecorder
+from ._recorder import OutputRecorder
 
-__all__ = ["requested_positions", "resolve_selections"]
+__all__ = ["requested_positions", "resolve_positions", "resolve_selections"]
 
 
 def requested_positions(flag: Any) -> list[int] | None:
@@ -49,3 +48,16 @@ def resolve_selections(
         if selected is not None:
             selections[key] = resolve_positions(selected, count_positions(key, recorders[0]), key)
     return selections
+
+
+def resolve_positions(selected: Iterable[int], total: int | None, what: str) -> frozenset[int]:
+    """Resolve possibly negative positions against `total`; out-of-range positions select nothing."""
+    selected = list(selected)
+    if total is None:
+        if any(i < 0 for i in selected):
+            raise ValueError(
+                f"Cannot select {what} with negative indices {selected}: the number of layers is unknown. "
+                "Set it in the model's config (see the recorder's num_hidden_layers_key) or use indices >= 0."
+            )
+        return frozenset(selected)
+    return frozenset(i % total for i in selected if -total <= i < total)

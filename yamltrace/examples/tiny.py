@@ -12,10 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .capture import capture_outputs
-from .config import Config
-from .modeling import PreTrainedModel, merge_with_config_defaults
-from .outputs import BaseModelOutputWithPast
+from ..capture import capture_outputs
+from ..modeling import BaseModelOutputWithPast, Config, PreTrainedModel, merge_with_config_defaults
 
 __all__ = ["TinyConfig", "TinyAttention", "TinyMLP", "TinyDecoderLayer", "TinyModel"]
 

@@ -1,0 +1,21 @@
+"""Checkpoints that carry their spec: `yamltrace.yaml` beside `config.json` and the weights.
+
+`_spec_file` decides which spec a load uses (shipped, replaced, overlaid) and writes it; `_weights`
+reads and writes the weights; `_load` builds the model under the spec (all or nothing); `_save`
+writes a checkpoint. Works for yamltrace's own models and for transformers model classes.
+"""
+
+from ._load import from_pretrained, load_yamltrace_model
+from ._save import save_pretrained, save_yamltrace_model
+from ._spec_file import SPEC_FILE, SpecSource, checkpoint_spec, overlay_spec
+
+__all__ = [
+    "SPEC_FILE",
+    "SpecSource",
+    "checkpoint_spec",
+    "from_pretrained",
+    "load_yamltrace_model",
+    "overlay_spec",
+    "save_pretrained",
+    "save_yamltrace_model",
+]

@@ -1,0 +1,174 @@
+"""Checkpoint -> model: read the spec first, build under its patches, load the weights, attach the spec.
+
+A failed load changes nothing: the patched classes are back and the spec's imports are forgotten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..patch import apply_patches, patch_output_recorders
+from ..spec import Spec
+from ._spec_file import SpecSource, checkpoint_spec
+from ._weights import CONFIG_FILE, load_strict, read_weights, weights_file
+
+__all__ = ["from_pretrained", "is_yamltrace_model", "load_yamltrace_model"]
+
+
+@contextlib.contextmanager
+def _spec_imports_undone_on_failure() -> Iterator[Callable[[], None]]:
+    """On failure, forget the modules the spec's resolution imported, so `sys.modules` is as it was.
+
+    Yields a function to call once the spec is resolved. Modules that torch or transformers import
+    lazily afterwards, while building or loading, are left alone: removing those would leave two
+    copies of one library module in the process.
+    """
+    before = set(sys.modules)
+    spec_imports: set[str] | None = None
+
+    def spec_resolved() -> None:
+        nonlocal spec_imports
+        spec_imports = set(sys.modules) - before
+
+    try:
+        yield spec_resolved
+    except BaseException:
+        for name in (set(sys.modules) - before) if spec_imports is None else spec_imports:
+            sys.modules.pop(name, None)
+        raise
+
+
+def _attach(model: nn.Module, spec: Spec | None, device: str | torch.device | None) -> nn.Module:
+    """Give the model the spec's capture map (per instance), retargeted to the patched classes."""
+    if spec is None:
+        return model
+    model._can_record_outputs = spec.capture_map()
+    patch_output_recorders(model, spec, device=device)
+    model.yamltrace_spec = spec
+    return model
+
+
+def _device_type(device: str | torch.device | None) -> str | None:
+    return None if device is None else torch.device(device).type
+
+
+def load_yamltrace_model(
+    cls: type[nn.Module],
+    directory: str | os.PathLike[str],
+    *,
+    spec: SpecSource | None = None,
+    overrides: SpecSource | None = None,
+    trust_imports: bool = False,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """Load a yamltrace `PreTrainedModel` subclass from a checkpoint directory (see module docstring)."""
+    directory = Path(directory)
+    if not (directory / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{directory} is not a checkpoint: {CONFIG_FILE} is missing.")
+    config = cls.config_class.load(directory / CONFIG_FILE)
+    weights = weights_file(directory)
+    model, resolved = _build_under_spec(
+        cls,
+        directory,
+        lambda: cls(config),
+        lambda model: load_strict(model, read_weights(weights), weights),
+        spec=spec,
+        overrides=overrides,
+        trust_imports=trust_imports,
+        device=device,
+    )
+    model.to(device=device, dtype=dtype)
+    return _attach(model, resolved, device)
+
+
+def _build_under_spec(
+    model_cls: type,
+    directory: str | os.PathLike[str],
+    construct: Callable[[], nn.Module],
+    finish: Callable[[nn.Module], None] | None = None,
+    *,
+    spec: SpecSource | None,
+    overrides: SpecSource | None,
+    trust_imports: bool,
+    device: str | torch.device | None,
+) -> tuple[nn.Module, Spec | None]:
+    """Resolve the checkpoint's spec, `construct` the model under its patches, then `finish` it.
+
+    All or nothing: on failure the patched classes are back and the spec's imports are forgotten.
+    """
+    with _spec_imports_undone_on_failure() as spec_resolved:
+        resolved = checkpoint_spec(model_cls, directory, spec=spec, overrides=overrides, trust_imports=trust_imports)
+        spec_resolved()
+        with apply_patches(resolved or {}, modules=model_cls, device=_device_type(device) or "cpu"):
+            model = construct()
+        if finish is not None:
+            finish(model)
+    return model, resolved
+
+
+def _transformers_model_class(cls: type, directory: str | os.PathLike[str]) -> type:
+    """The concrete class a transformers (Auto) class builds for this checkpoint."""
+    mapping = getattr(cls, "_model_mapping", None)
+    if mapping is None:
+        return cls
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(directory)
+    return mapping[type(config)]
+
+
+def is_yamltrace_model(cls: Any) -> bool:
+    """Whether `cls` is a yamltrace model class: an `nn.Module` whose `config_class` reads a
+    `config.json` with `load` (the `yamltrace.modeling.Config` protocol; transformers' configs have none)."""
+    config_class = getattr(cls, "config_class", None)
+    return isinstance(cls, type) and issubclass(cls, nn.Module) and callable(getattr(config_class, "load", None))
+
+
+def from_pretrained(
+    cls: type,
+    path: str | os.PathLike[str],
+    *,
+    spec: SpecSource | None = None,
+    overrides: SpecSource | None = None,
+    trust_imports: bool = False,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    **kwargs: Any,
+) -> nn.Module:
+    """Load `cls` (a yamltrace model class, a transformers model class or Auto class) with its spec.
+
+    Reads `path/yamltrace.yaml` when present; `spec=` replaces it, `overrides=` overlays it key by key.
+    Patches apply while the model is built (scoped to that load; the process-wide patch registry is not
+    touched), recorders are retargeted to the replacements, and `trace(model)` uses the spec. Extra
+    keyword arguments go to transformers' `from_pretrained`.
+    """
+    if is_yamltrace_model(cls):
+        if kwargs:
+            raise TypeError(f"Unexpected arguments for a yamltrace model: {sorted(kwargs)}.")
+        return load_yamltrace_model(
+            cls, path, spec=spec, overrides=overrides, trust_imports=trust_imports, device=device, dtype=dtype
+        )
+    model_cls = _transformers_model_class(cls, path)
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    model, resolved = _build_under_spec(
+        model_cls,
+        path,
+        lambda: cls.from_pretrained(path, **kwargs),
+        spec=spec,
+        overrides=overrides,
+        trust_imports=trust_imports,
+        device=device,
+    )
+    if device is not None:
+        model.to(device)
+    return _attach(model, resolved, device)

@@ -1,0 +1,119 @@
+"""What a capture records: the `Collector` of one session, and the listeners that feed it.
+
+A hook is a listener on a module's forward (`_intercept`), cheaper than a torch forward hook; it
+records only while its session says so (`_session`), which keeps threads and nested models apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import CaptureError
+from ._intercept import Interception, intercept
+from ._recorder import OutputRecorder
+
+__all__ = ["Collector", "Entry", "HookPlan", "Transform", "transform_of", "install_hooks"]
+
+# What a recorder's `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
+Transform = Callable[[Any], Any]
+# A plan entry: (key, tuple index, prepend the first input as the initial hidden state, transform).
+Entry = tuple[str, int, bool, Transform | None]
+# A plan: for each hooked module, its dotted path and its entries.
+HookPlan = list[tuple[nn.Module, str, tuple[Entry, ...]]]
+
+
+def transform_of(recorder: OutputRecorder) -> Transform | None:
+    """What `recorder` does to a captured tensor (detach, then move/cast); None when it keeps the reference."""
+    detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
+    if not detach and device is None and dtype is None:
+        return None
+    convert = device is not None or dtype is not None
+
+    def transform(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if detach:
+            value = value.detach()
+        return value.to(device=device, dtype=dtype) if convert else value
+
+    return transform
+
+
+class Collector:
+    """What one capture session has recorded so far: a list per requested key.
+
+    `selections` maps a key to the positions to keep; other positions are recorded as `None`, so no
+    tensor is retained for them. A kept value goes through its entry's transform, if any; without one
+    the list holds the module's own object. `starts` says where the current forward's values begin
+    in each list (a trace keeps every forward's values in one list); positions count from there.
+    """
+
+    __slots__ = ("lists", "selections", "starts", "last_transform")
+
+    def __init__(self, keys: Iterable[str], selections: dict[str, frozenset[int]] | None = None) -> None:
+        self.lists: dict[str, list[Any]] = {k: [] for k in keys}
+        self.selections = selections or {}
+        self.starts: dict[str, int] = {k: 0 for k in self.lists}
+        # The transform applied to each key's latest kept value, so a value that replaces it later
+        # (the tied last hidden state) gets the same treatment.
+        self.last_transform: dict[str, Transform | None] = {}
+
+    def _append(self, key: str, values: list[Any], value: Any, transform: Transform | None) -> None:
+        selection = self.selections.get(key) if self.selections else None
+        if selection is not None and len(values) - self.starts[key] not in selection:
+            values.append(None)
+        elif transform is None:
+            values.append(value)
+            if key == "hidden_states":
+                self.last_transform[key] = None
+        else:
+            values.append(transform(value))
+            self.last_transform[key] = transform
+
+    def record(self, path: str, entries: tuple[Entry, ...], args: tuple, kwargs: dict, output: Any) -> None:
+        """Record `output` (and, for the first hidden state, the module's input) for each entry."""
+        lists = self.lists
+        is_tuple = isinstance(output, tuple)
+        for key, index, initial, transform in entries:
+            values = lists.get(key)
+            if values is None:
+                continue
+            if not is_tuple:
+                value = output
+            else:
+                try:
+                    value = output[index]
+                except IndexError:
+                    raise CaptureError(
+                        f"yamltrace: output {key!r} records element {index} of the output of module {path or '<root>'}, "
+                        f"which returned a tuple of {len(output)}. Fix the recorder's index."
+                    ) from None
+            if key == "hidden_states":
+                if initial and len(values) == self.starts[key]:
+                    first_input = args[0] if args else next(iter(kwargs.values()), None)
+                    self._append(key, values, first_input, transform)
+                if value is not None:
+                    self._append(key, values, value, transform)
+            elif value is not None or not is_tuple:
+                # A None element of a tuple is skipped; a module that returned None itself is kept.
+                self._append(key, values, value, transform)
+
+
+def install_hooks(plan: HookPlan, session: Any) -> Interception:
+    """Intercept each planned module's forward, recording into `session.collector` while
+    `session.recording()` says so (a `Session` of `_session`); remove with `.remove()`.
+
+    Interception (`_intercept`) rather than forward hooks: a capture installs its listeners for
+    every capturing forward, and a listener costs less to install and to call than a hook.
+    """
+    record, recording = session.collector.record, session.recording
+
+    def listener(row: tuple[nn.Module, str, tuple[Entry, ...]], args: tuple, kwargs: dict, output: Any) -> None:
+        if recording():
+            record(row[1], row[2], args, kwargs, output)
+
+    return intercept([(row[0], listener, row) for row in plan])

@@ -1,0 +1,214 @@
+"""Which modules a capture hooks: the walk of a model under its capture maps, and the plan cache.
+
+`plan_hooks` lists, for each module a capture map selects, its dotted path and what to record
+(transformers' order: children first; a nested model that declares its own map switches its subtree
+to that map). Plans are cached per root module, so a repeated capture on an unchanged model does not
+walk it again; `invalidate` marks them stale, `cache_info` reports on the cache.
+"""
+
+from __future__ import annotations
+
+import operator
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from torch import nn
+from torch.compiler import is_compiling
+from torch.nn.modules.module import register_module_module_registration_hook
+
+from ._collector import Entry, HookPlan, transform_of
+from ._recorder import OutputRecorder, normalize_output_map
+
+__all__ = ["HookPlan", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
+
+# What `own_output_map` returns for a module that declares no capture map.
+MISSING = object()
+_ATTRIBUTE = "_can_record_outputs"
+_MODULE_GETATTR = nn.Module.__getattr__
+
+
+def own_output_map(module: nn.Module) -> Any:
+    """The capture map a module declares (instance attribute first, then class), or a sentinel if none.
+
+    A module that declares one — even `None` or `{}`, as every transformers `PreTrainedModel` does — is a
+    model boundary: the subtree below it follows its own map (REFERENCE rule 6).
+
+    Reads the instance `__dict__` and the class directly: `nn.Module.__getattr__`, which raises and
+    catches `AttributeError` for every module without a map, runs only for classes that define their
+    own `__getattr__` (wrappers that forward attributes to a wrapped module).
+    """
+    value = module.__dict__.get(_ATTRIBUTE, MISSING)
+    if value is not MISSING:
+        return value
+    cls = type(module)
+    value = getattr(cls, _ATTRIBUTE, MISSING)
+    if value is MISSING:
+        return MISSING if cls.__getattr__ is _MODULE_GETATTR else getattr(module, _ATTRIBUTE, MISSING)
+    if hasattr(type(value), "__get__"):
+        # A property or other descriptor: evaluate it on the instance.
+        return getattr(module, _ATTRIBUTE, MISSING)
+    return value
+
+
+_CHILDREN = operator.attrgetter("_modules")
+_DEREFERENCE = weakref.ref.__call__
+
+
+class _CachedPlan:
+    """A plan of one root, kept without strong references to its modules.
+
+    `modules` holds a weak reference to every module the walk visited, with its class and number of
+    children then: a plan is reused only while all are alive and unchanged and no structure change or
+    `invalidate` happened since (`generation`). Entries point into `modules` by position.
+    """
+
+    __slots__ = ("generation", "modules", "classes", "sizes", "entries")
+
+    def __init__(self, generation: int, visited: list[nn.Module], plan: HookPlan) -> None:
+        self.generation = generation
+        self.modules = [weakref.ref(module) for module in visited]
+        self.classes = list(map(type, visited))
+        self.sizes = list(map(len, map(_CHILDREN, visited)))
+        position = {id(module): i for i, module in enumerate(visited)}
+        self.entries = [(position[id(module)], path, entries) for module, path, entries in plan]
+        _watched.update(visited)
+
+    def plan(self) -> HookPlan | None:
+        """The plan, or None when it may be stale."""
+        if self.generation != _generation:
+            return None
+        visited = list(map(_DEREFERENCE, self.modules))
+        # A collected module dereferences to None, whose class differs from the recorded one.
+        if list(map(type, visited)) != self.classes:
+            return None
+        if list(map(len, map(_CHILDREN, visited))) != self.sizes:
+            return None
+        return [(visited[i], path, entries) for i, path, entries in self.entries]
+
+
+# Plans by root module, then by (tasks, wanted keys, nested_maps). Weak keys: the cache never keeps a
+# model alive, and its values hold only weak references to modules.
+_plans: weakref.WeakKeyDictionary[nn.Module, dict[tuple, _CachedPlan]] = weakref.WeakKeyDictionary()
+# Bumped by every submodule registration into a module some cached plan visited (once the hook is
+# installed) and by `invalidate`: a cached plan built under an older generation is rebuilt.
+# Registrations elsewhere (a forward slicing a ModuleList builds a new one) leave plans valid.
+_generation = 0
+_watched: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+_registration_handle: Any = None
+# Cache hits and misses, for `cache_info`.
+_stats = [0, 0]
+
+
+def invalidate() -> None:
+    """Mark every cached hook plan stale, so the next capture walks its model again.
+
+    Submodule assignments and deletions (through `nn.Module`'s API and the container methods) and
+    class reassignments are detected without it. Call it after changing the capture map of a
+    submodule (`_can_record_outputs` on an instance or a class, or a map edited in place); the root's
+    own map is read on every capture. `patch_model` and `patch_output_recorders` call it.
+    """
+    global _generation
+    _generation += 1
+
+
+def _on_module_registration(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
+    # Skipped while torch.compile traces a forward: registrations there build throwaway containers
+    # (a sliced ModuleList), and reading the weak set would make dynamo guard on its contents.
+    if not is_compiling() and module in _watched:
+        invalidate()
+
+
+def plan_hooks(
+    root: nn.Module,
+    tasks: Iterable[tuple[str, OutputRecorder]],
+    *,
+    nested_maps: bool,
+    keys: Iterable[str] | None = None,
+) -> HookPlan:
+    """Walk `root` and list the modules each task hooks, in transformers' order (children first).
+
+    With `nested_maps`, a child that declares its own capture map switches its subtree to that map.
+    `keys`, when given, limits the plan to those output keys. Plans are cached per root (see
+    `invalidate`).
+    """
+    global _registration_handle
+    if _registration_handle is None:
+        _registration_handle = register_module_module_registration_hook(_on_module_registration)
+    tasks = tuple(tasks)
+    wanted = None if keys is None else frozenset(keys)
+    cache_key = (tasks, wanted, nested_maps)
+    cached = _plans.get(root)
+    if cached is None:
+        cached = _plans.setdefault(root, {})
+    entry = cached.get(cache_key)
+    if entry is not None:
+        plan = entry.plan()
+        if plan is not None:
+            _stats[0] += 1
+            return plan
+    _stats[1] += 1
+    generation = _generation
+    plan, visited = _walk(root, tasks, wanted, nested_maps)
+    cached[cache_key] = _CachedPlan(generation, visited, plan)
+    return plan
+
+
+def _walk(
+    root: nn.Module, tasks: tuple[tuple[str, OutputRecorder], ...], wanted: frozenset[str] | None, nested_maps: bool
+) -> tuple[HookPlan, list[nn.Module]]:
+    """The plan of `root`, and every module visited."""
+    plan: HookPlan = []
+    visited: list[nn.Module] = []
+
+    def visit(module: nn.Module, path: str, checks: tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]) -> None:
+        visited.append(module)
+        seen = set()
+        for name, child in module._modules.items():
+            # The children `named_children` yields: set, and each distinct module once.
+            if child is None or child in seen:
+                continue
+            seen.add(child)
+            child_checks = checks
+            if nested_maps:
+                child_map = own_output_map(child)
+                if child_map is not MISSING:
+                    child_checks = _checks(normalize_output_map(child_map or {}), wanted)
+            visit(child, f"{path}.{name}", child_checks)
+        entries = []
+        for matches, entry in checks:
+            if matches(module, path):
+                entries.append(entry)
+        if entries:
+            plan.append((module, path, tuple(entries)))
+
+    visit(root, "", _checks(tasks, wanted))
+    return plan, visited
+
+
+def _checks(
+    tasks: Iterable[tuple[str, OutputRecorder]], wanted: frozenset[str] | None
+) -> tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]:
+    """For each task whose key is wanted: its recorder's `matches` and the plan entry it adds."""
+    return tuple(
+        (recorder.matches, (key, recorder.index, recorder.capture_initial_hidden_state, transform_of(recorder)))
+        for key, recorder in tasks
+        if wanted is None or key in wanted
+    )
+
+
+class CacheInfo(NamedTuple):
+    """Plans taken from the cache (hits) and built by walking a model (misses); models with plans,
+    plans in all, and the current generation."""
+
+    hits: int
+    misses: int
+    models: int
+    plans: int
+    generation: int
+
+
+def cache_info() -> CacheInfo:
+    """A snapshot of the plan cache (for tests and diagnostics; it never keeps a model alive)."""
+    entries = list(_plans.values())
+    return CacheInfo(_stats[0], _stats[1], len(entries), sum(map(len, entries)), _generation)

@@ -1,0 +1,160 @@
+"""One capture session: what is recording in this context, which flags ask for it, and the tie-last rule.
+
+Both entry points use it: a `capture_outputs` forward opens a *forward* session, a `trace` block a
+*block* session. A forward session records while it is the innermost decorated forward running in
+the calling context, so a nested decorated forward shadows its parent's (transformers' rule); a
+block session records while its block is open in the calling context. Contexts are `ContextVar`s,
+so threads (and asyncio tasks) never see each other's captures. torch.compile cannot read a
+`ContextVar`: while it traces, a block session records while its block is open, from any thread.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar, Token
+from typing import Any
+
+from torch import nn
+from torch.compiler import is_compiling
+
+from ._collector import Collector, Transform
+
+__all__ = [
+    "FLAG_ALIASES",
+    "Session",
+    "NO_CAPTURE",
+    "active_sessions",
+    "requested_flags",
+    "decorator_tie_last",
+    "tie_last_enabled",
+    "tie_last_hidden_state",
+    "uncompiled",
+]
+
+# Keys switched on by another key's flag (transformers' backward-compatible aliases).
+FLAG_ALIASES = {"cross_attentions": "attentions", "mask_decoder_attentions": "attentions"}
+_UNSET = object()
+
+
+class Session:
+    """One capture's collector, and whether it records the call being made now (`recording()`)."""
+
+    __slots__ = ("collector", "block", "open")
+
+    def __init__(self, collector: Collector, *, block: bool) -> None:
+        self.collector = collector
+        self.block = block  # a trace block (True) or a decorated forward (False)
+        self.open = True
+
+    def recording(self) -> bool:
+        """Whether hooks record into this session for the current call (see the module docstring)."""
+        if not self.block:
+            return _innermost_forward.get() is self
+        if is_compiling():
+            return self.open
+        return self in _open_blocks.get()
+
+    def enter(self) -> Token[Any]:
+        """Start recording in this context; pass the token to `exit`."""
+        if self.block:
+            return _open_blocks.set(_open_blocks.get() + (self,))
+        return _innermost_forward.set(self)
+
+    def exit(self, token: Token[Any]) -> None:
+        """Stop recording: restore what was active in this context before `enter`."""
+        if self.block:
+            self.open = False
+            _open_blocks.reset(token)
+        else:
+            _innermost_forward.reset(token)
+
+
+# The session of the innermost decorated forward running in this context, and the trace blocks open in it.
+_innermost_forward: ContextVar[Session | None] = ContextVar("yamltrace_innermost_forward", default=None)
+_open_blocks: ContextVar[tuple[Session, ...]] = ContextVar("yamltrace_open_blocks", default=())
+
+def active_sessions() -> tuple[Session, ...]:
+    """The sessions recording in this context: the innermost decorated forward's, then open trace blocks.
+
+    For diagnostics and tests: after every capture has ended (also by an exception) it is empty.
+    """
+    forward = _innermost_forward.get()
+    return ((forward,) if forward is not None and forward is not NO_CAPTURE else ()) + _open_blocks.get()
+
+
+# Entered by a decorated forward that captures nothing: it shadows an outer forward's session, so
+# modules that run inside it record nothing for the outer model (transformers' rule).
+NO_CAPTURE = Session(Collector(()), block=False)
+
+
+def requested_flags(keys: Iterable[str], kwargs: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """The truthy `output_<key>` flag of each key: kwargs first, then config; aliases follow their source."""
+    flags = {}
+    for key in keys:
+        name = f"output_{FLAG_ALIASES.get(key, key)}"
+        value = kwargs.get(name, _UNSET)
+        if value is _UNSET:
+            value = getattr(config, name, False)
+        if value:
+            flags[key] = value
+    return flags
+
+
+def tie_last_enabled(config: Any, options: Mapping[str, Any], decorator_default: bool | None) -> bool:
+    """Whether the last hidden state is tied: `config.tie_last_hidden_states` when set, else the
+    spec's `tie_last_hidden_states` option, else the capture decorator's argument, else True."""
+    from_config = getattr(config, "tie_last_hidden_states", None)
+    if from_config is not None:
+        return bool(from_config)
+    if options.get("tie_last_hidden_states") is not None:
+        return bool(options["tie_last_hidden_states"])
+    return True if decorator_default is None else decorator_default
+
+
+def tie_last_hidden_state(hidden_states: list[Any], output: Any, transform: Transform | None = None) -> None:
+    """Replace the last captured hidden state by the output's final one (post norm), in place.
+
+    `transform` is what the recorder did to the value it replaces (detach, move, cast).
+    """
+    if not hidden_states or hidden_states[-1] is None:
+        return
+    for field in ("vision_hidden_states", "last_hidden_state"):
+        if hasattr(output, field):
+            final = getattr(output, field)
+        elif isinstance(output, dict) and field in output:
+            final = output[field]
+        else:
+            continue
+        hidden_states[-1] = final if transform is None else transform(final)
+        return
+
+
+def decorator_tie_last(model: nn.Module | type[nn.Module]) -> bool | None:
+    """The `tie_last_hidden_states` argument of the capture decorator on the model class's `forward`.
+
+    Reads yamltrace's marker, or the closure of transformers' `capture_outputs` wrapper; None if the
+    forward has no capture decorator.
+    """
+    func = getattr(model if isinstance(model, type) else type(model), "forward", None)
+    while func is not None:
+        marker = getattr(func, "__yamltrace_tie_last_hidden_states__", None)
+        if marker is not None:
+            return bool(marker)
+        code = getattr(func, "__code__", None)
+        if code is not None and "tie_last_hidden_states" in code.co_freevars and func.__closure__:
+            cell = func.__closure__[code.co_freevars.index("tie_last_hidden_states")]
+            return bool(cell.cell_contents)
+        func = getattr(func, "__wrapped__", None)
+    return None
+
+
+def uncompiled(model: nn.Module) -> nn.Module:
+    """The module `torch.compile` wrapped, for `model` as `torch.compile` returned it; else `model`.
+
+    Dynamo is looked up in `sys.modules` only: if it was never imported, nothing is compiled.
+    """
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
+        return model._orig_mod
+    return model

@@ -1,0 +1,1 @@
+"""Examples that ship with yamltrace: `tiny` (a small decoder built in-process) and `demo` (`make demo`)."""

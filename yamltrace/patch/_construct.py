@@ -1,0 +1,141 @@
+"""Construction-time swaps: `apply_patches` rebinds model classes in their modules while a model is built.
+
+Module attributes are process-wide, so blocks are serialised by a lock and undone on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import PatchError, PatchProblem
+from ._handle import Replacement, device_type
+from ._registry import MappingLike, find_replacement, resolve_mapping
+
+__all__ = ["apply_patches"]
+
+# Held while `apply_patches` has module attributes replaced: a module attribute is process-wide, so
+# construction under patches is serialised (re-entrant for nested blocks in one thread).
+_construction_lock = threading.RLock()
+
+
+def _target_modules(modules: Any) -> list[ModuleType]:
+    """The Python modules to patch: modules, names of imported modules, or model classes (their MRO's modules)."""
+    items = [modules] if isinstance(modules, (ModuleType, str, type)) else list(modules)
+    found: dict[str, ModuleType] = {}
+    for item in items:
+        if isinstance(item, ModuleType):
+            found[item.__name__] = item
+        elif isinstance(item, str):
+            module = sys.modules.get(item)
+            if module is None:
+                raise ValueError(f"apply_patches: module {item!r} is not imported; it never imports: import it first or pass the module.")
+            found[item] = module
+        elif isinstance(item, type) and issubclass(item, nn.Module):
+            for cls in item.__mro__:
+                module = sys.modules.get(cls.__module__)
+                if module is not None and issubclass(cls, nn.Module) and cls.__module__.partition(".")[0] != "torch":
+                    found.setdefault(cls.__module__, module)
+        else:
+            raise TypeError(
+                f"apply_patches(modules=...) takes modules, imported module names or nn.Module classes, got {item!r}."
+            )
+    return list(found.values())
+
+
+def _signature_problem(original: type, replacement: type) -> str | None:
+    """Why `replacement(...)` cannot be called every way `original(...)` can, or None.
+
+    Binds placeholders for each of the original's named parameters, passed positionally and then by
+    keyword, to the replacement's signature (`inspect.signature(...).bind`), so nothing is built.
+    """
+    try:
+        expected, actual = inspect.signature(original), inspect.signature(replacement)
+    except (TypeError, ValueError):
+        return None
+    no_return = inspect.Signature.empty
+    expected, actual = expected.replace(return_annotation=no_return), actual.replace(return_annotation=no_return)
+    params = [p for p in expected.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keyword = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    by_keyword = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    only_positional = [p.name for p in params if p.kind is p.POSITIONAL_ONLY]
+    calls = [(positional, keyword), (only_positional, by_keyword + keyword)]
+    for args, kwargs in calls:
+        try:
+            actual.bind(*args, **{name: name for name in kwargs})
+        except TypeError as error:
+            shown = ", ".join([*args, *(f"{name}=..." for name in kwargs)])
+            return (
+                f"{replacement.__module__}.{replacement.__qualname__}{actual} cannot replace "
+                f"{original.__module__}.{original.__qualname__}{expected}: called as ({shown}): {error}. "
+                "Give the replacement a constructor that accepts the original's arguments."
+            )
+    return None
+
+
+def _attribute_plan(modules: list[ModuleType], mapping: Mapping[str, type]) -> list[tuple[ModuleType, str, type, type]]:
+    """(module, attribute, original, replacement) for each `nn.Module` class attribute the mapping selects."""
+    plan = []
+    for module in modules:
+        for name, value in list(vars(module).items()):
+            if not (isinstance(value, type) and issubclass(value, nn.Module)):
+                continue
+            replacement = find_replacement(name, mapping)
+            if replacement is not None and replacement is not value:
+                plan.append((module, name, value, replacement))
+    return plan
+
+
+@contextlib.contextmanager
+def apply_patches(
+    mapping: MappingLike = None,
+    *,
+    modules: Any,
+    device: str | torch.device | None = None,
+) -> Iterator[tuple[Replacement, ...]]:
+    """Build models with replacement classes: inside the block, the named modules' classes are swapped.
+
+    Args:
+        mapping: `pattern -> replacement class`, a `Spec`, or None for the registered mapping.
+        modules: where to swap: a model class (the modules defining it and its bases), a module, an
+            imported module's name, or a list of them. Nothing else in the process is touched; a
+            composite model whose sub-models live in other modules needs those named too.
+        device: selects a Spec's device-conditioned entries (default: torch's default device).
+
+    Only attributes that are `nn.Module` subclasses are swapped. Each replacement's constructor is
+    checked against the original's before anything changes (PatchError listing every mismatch). The
+    originals are restored when the block exits, also on exception. Yields the `Replacement`s made.
+
+    Module attributes are process-wide, so blocks are serialised by a lock: a second thread waits
+    until the first block exits, and each builds with its own mapping only. Code building models in
+    another thread *without* `apply_patches` while a block is open would see its classes; do not hold
+    the block open longer than construction.
+    """
+    resolved = resolve_mapping(mapping, device_type(device, torch.get_default_device().type))
+    targets = _target_modules(modules)
+    if not resolved:
+        yield ()
+        return
+    with _construction_lock:
+        plan = _attribute_plan(targets, resolved)
+        problems = {p: name for _, name, o, r in plan if (p := _signature_problem(o, r)) is not None}
+        if problems:
+            raise PatchError(PatchProblem(message, name) for message, name in problems.items())
+        done: list[tuple[ModuleType, str, type]] = []
+        try:
+            for module, name, original, replacement in plan:
+                setattr(module, name, replacement)
+                done.append((module, name, original))
+            yield tuple(Replacement(f"{m.__name__}.{n}", o, r, "attribute") for m, n, o, r in plan)
+        finally:
+            for module, name, original in reversed(done):
+                setattr(module, name, original)

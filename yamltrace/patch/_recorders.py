@@ -1,0 +1,97 @@
+"""Recorder retargeting: a model's capture maps follow its patched classes, per instance.
+
+transformers retargets by mutating the class attribute, so a patch outlives its mapping; here each
+module that declares a map gets a retargeted copy on the *instance*, undone by the returned handle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..engine import invalidate, normalize_output_map, own_output_map
+from ._handle import PatchHandle, Replacement, device_type, model_device
+from ._registry import MappingLike, find_replacement, resolve_mapping
+
+__all__ = ["patch_output_recorders", "retarget_output_map"]
+
+
+def _retarget(key: str, recorder: Any, mapping: Mapping[str, type]) -> tuple[Any, Replacement | None]:
+    """The recorder with its target swapped for the mapping's replacement (transformers' rules)."""
+    if isinstance(recorder, (str, type)):
+        name = recorder if isinstance(recorder, str) else recorder.__name__
+        replacement = find_replacement(name, mapping)
+        if replacement is None or replacement is recorder:
+            return recorder, None
+        return replacement, Replacement(key, recorder, replacement, "recorder")
+    normalized = normalize_output_map({key: recorder})[0][1]
+    name = normalized.class_name if normalized.target_class is None else normalized.target_class.__name__
+    replacement = find_replacement(name, mapping)
+    if replacement is None or replacement is normalized.target_class:
+        return recorder, None
+    original = normalized.target_class or normalized.class_name
+    return dataclasses.replace(normalized, target_class=replacement), Replacement(key, original, replacement, "recorder")
+
+
+def retarget_output_map(output_map: Mapping[str, Any], mapping: Mapping[str, type]) -> tuple[dict[str, Any], list[Replacement]]:
+    """A copy of a `_can_record_outputs` map with every recorder retargeted, and what changed."""
+    result: dict[str, Any] = {}
+    changes: list[Replacement] = []
+    for key, recorders in output_map.items():
+        single = not isinstance(recorders, (list, tuple))
+        retargeted = []
+        for recorder in [recorders] if single else recorders:
+            new, change = _retarget(key, recorder, mapping)
+            retargeted.append(new)
+            if change is not None:
+                changes.append(change)
+        result[key] = retargeted[0] if single else retargeted
+    return result, changes
+
+
+def _set_instance_map(module: nn.Module, output_map: dict[str, Any]) -> Callable[[], None]:
+    """Give `module` its own capture map (an instance attribute); returns the undo."""
+    had_own = "_can_record_outputs" in vars(module)
+    previous = vars(module).get("_can_record_outputs")
+    setattr(module, "_can_record_outputs", output_map)
+    invalidate()
+
+    def undo() -> None:
+        if had_own:
+            setattr(module, "_can_record_outputs", previous)
+        else:
+            vars(module).pop("_can_record_outputs", None)
+        invalidate()
+
+    return undo
+
+
+def patch_output_recorders(
+    model: nn.Module,
+    mapping: MappingLike = None,
+    *,
+    device: str | torch.device | None = None,
+) -> PatchHandle:
+    """Retarget the recorders of every submodule's capture map to their replacements, for this model only.
+
+    Each recorder (OutputRecorder, class or class-name string; single or in a list) whose class name
+    the mapping selects now targets the replacement, so capture hooks fire on replacement instances.
+    The retargeted map is set on each *instance*: the class, and models built later, are untouched.
+    `device` selects a Spec's entries (default: the model's device). Returns a handle that restores.
+    """
+    resolved = resolve_mapping(mapping, device_type(device, model_device(model)))
+    updates = []
+    for path, module in model.named_modules():
+        output_map = own_output_map(module)
+        if isinstance(output_map, Mapping) and output_map:
+            retargeted, changes = retarget_output_map(output_map, resolved)
+            if changes:
+                prefix = f"{path}._can_record_outputs" if path else "_can_record_outputs"
+                changes = [dataclasses.replace(c, path=f"{prefix}[{c.path!r}]") for c in changes]
+                updates.append((module, retargeted, changes))
+    undo = [_set_instance_map(module, retargeted) for module, retargeted, _ in updates]
+    return PatchHandle([c for _, _, changes in updates for c in changes], undo)
