@@ -1,4 +1,4 @@
-"""Shared fixtures: the tiny model and its inputs."""
+"""Shared fixtures: the tiny model and its inputs; every test starts and ends with an empty patch registry."""
 
 from __future__ import annotations
 
@@ -6,6 +6,15 @@ import pytest
 import torch
 
 from yamltrace.examples.tiny import TinyConfig, TinyModel
+from yamltrace.patch import clear_patch_mapping, get_patch_mapping
+
+
+@pytest.fixture(autouse=True)
+def empty_patch_registry():
+    """The process-wide patch registry is empty before each test and emptied after it."""
+    assert get_patch_mapping() == {}, "a previous test leaked patch mappings"
+    yield
+    clear_patch_mapping()
 
 
 @pytest.fixture

@@ -1,126 +1,24 @@
-"""YAML text -> plain spec document with node locations: safe, strict, `extends` merged.
+"""Spec source -> `SpecDocument`: plain data with node locations, `extends` merged, ready for the schema.
 
-A spec is data that may arrive with a downloaded checkpoint, so reading it is deliberately narrow:
-
-- parsing uses a `yaml.SafeLoader` subclass that only composes nodes; values are built here and may
-  be text, numbers, true/false, null, mappings and lists. Any other tag (`!!python/...`, `!!binary`,
-  `!custom`, ...) is an error.
-- anchors and aliases are refused at the first one seen, before anything is built, so an alias bomb
-  cannot expand; nesting deeper than `MAX_DEPTH` is refused before Python's recursion limit is near.
-- a duplicate mapping key is an error (PyYAML would silently keep the last one), and so is a YAML
-  1.1 merge key (`<<`).
-- plain scalars follow a strict subset of the YAML 1.2 core schema: only `true`/`false` (also
-  `True`, `TRUE`, ...) are booleans, only `null`, `~` and the empty value are null, only decimal
-  integers without leading zeros and decimal floats with a dot or an exponent are numbers. Everything
-  else (`on`, `no`, `yes`, `off`, `0o17`, `0x1F`, `1_000`, `012`, dates, `.inf`) stays text exactly
-  as written, and mapping keys are always the text as written (an output named `on` stays `"on"`).
-- the input is capped at `max_bytes` (1 MiB by default) and must be UTF-8.
+A source is a path, YAML text or bytes (read by `_yaml`), or a Python mapping (copied as plain data).
+A spec may `extends` a base file; the base's entries merge under the extending file's (see
+`MERGED_SECTIONS`), and every issue keeps the location, in its own file, where it was written.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-from yaml.events import AliasEvent, StreamEndEvent
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-
 from ..errors import SpecError, SpecIssue, format_json_path
+from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_, read_file, read_text
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "MERGED_SECTIONS", "Location", "SpecDocument", "read_spec_document"]
 
-DEFAULT_MAX_BYTES = 1 << 20
-# Nesting a spec needs is about 5 levels; the cap keeps composing far from the recursion limit.
-MAX_DEPTH = 64
 # Top-level sections that `extends` merges per key; every other key is replaced by the extending file.
 MERGED_SECTIONS = ("outputs", "options", "patches")
-
-Path_ = tuple[str | int, ...]
-
-_TAG = "tag:yaml.org,2002:"
-_STR, _INT, _FLOAT, _BOOL, _NULL = (_TAG + t for t in ("str", "int", "float", "bool", "null"))
-_SCALAR_TAGS = {_STR, _INT, _FLOAT, _BOOL, _NULL}
-_COLLECTION_TAGS = {_TAG + "map", _TAG + "seq"}
-_TRUE, _FALSE, _NULLS = {"true", "True", "TRUE"}, {"false", "False", "FALSE"}, {"null", "Null", "NULL", "~", ""}
-_INT_RE = re.compile(r"-?(?:0|[1-9][0-9]*)")
-_FLOAT_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)")
-
-
-class _Refused(yaml.MarkedYAMLError):
-    """A construct the spec reader refuses (alias, anchor, depth, second document), with its mark."""
-
-    def __init__(self, message: str, mark: yaml.Mark) -> None:
-        super().__init__(problem=message, problem_mark=mark)
-
-
-class _SpecLoader(yaml.SafeLoader):
-    """SafeLoader that composes one document into nodes, refusing anchors, aliases and deep nesting."""
-
-    yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self._depth = 0
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
-        event = self.peek_event()
-        if isinstance(event, AliasEvent):
-            raise _Refused(f"aliases (*{event.anchor}) are not allowed in a spec; write the value out", event.start_mark)
-        if event.anchor is not None:
-            raise _Refused(f"anchors (&{event.anchor}) are not allowed in a spec; write the value out", event.start_mark)
-        if self._depth >= MAX_DEPTH:
-            raise _Refused(f"nesting is deeper than {MAX_DEPTH} levels; a spec needs only a few", event.start_mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def compose_single(self) -> Node | None:
-        """The root node of the only document, or None for an empty stream."""
-        self.get_event()  # StreamStartEvent
-        root = None if self.check_event(StreamEndEvent) else self.compose_document()
-        if not self.check_event(StreamEndEvent):
-            raise _Refused("a spec is one YAML document; remove the second one", self.get_event().start_mark)
-        return root
-
-
-def _add_resolvers() -> None:
-    """Resolve plain scalars by the strict rules above; anything unmatched stays text."""
-    for tag, pattern, first in (
-        (_BOOL, r"true|True|TRUE|false|False|FALSE", "tTfF"),
-        (_NULL, r"null|Null|NULL|~|", "nN~"),
-        (_INT, _INT_RE.pattern, "-0123456789"),
-        (_FLOAT, _FLOAT_RE.pattern, "-0123456789"),
-    ):
-        starts = [*first, ""] if tag == _NULL else list(first)
-        _SpecLoader.add_implicit_resolver(tag, re.compile(f"^(?:{pattern})$"), starts)
-
-
-_add_resolvers()
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where a node was written: display file name, 1-based line and column, and the `extends` chain to it."""
-
-    file: str | None
-    line: int
-    column: int
-    chain: tuple[str, ...] = ()
-
-    def issue(self, message: str, json_path: str) -> SpecIssue:
-        return _noted(SpecIssue(message, json_path, self.file, self.line, self.column), self.chain)
-
-
-def _noted(issue: SpecIssue, chain: tuple[str, ...]) -> SpecIssue:
-    """Name the `extends` chain in issues found in a base file, so the user knows why it was read."""
-    return issue.with_note(f"(extends chain: {' -> '.join(chain)})") if len(chain) > 1 else issue
 
 
 @dataclass(frozen=True)
@@ -155,167 +53,6 @@ class SpecDocument:
         return where.issue(message, json_path)
 
 
-@dataclass
-class _Part:
-    """One file's plain data and node locations; building it collects every issue instead of stopping."""
-
-    file: str | None
-    chain: tuple[str, ...]
-    issues: list[SpecIssue] = field(default_factory=list)
-    values: dict[Path_, Location] = field(default_factory=dict)
-    keys: dict[Path_, Location] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def where(self, mark: yaml.Mark) -> Location:
-        return Location(self.file, mark.line + 1, mark.column + 1, self.chain)
-
-    def fail(self, mark: yaml.Mark, path: Path_, message: str) -> None:
-        self.issues.append(self.where(mark).issue(message, format_json_path(path)))
-
-    def build(self, node: Node, path: Path_) -> Any:
-        self.values[path] = self.where(node.start_mark)
-        if isinstance(node, ScalarNode):
-            return self._scalar(node, path)
-        if node.tag not in _COLLECTION_TAGS:
-            return self.fail(node.start_mark, path, f"tag {_short(node.tag)} is not allowed; {_ALLOWED}")
-        if isinstance(node, SequenceNode):
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        return self._mapping(node, path)
-
-    def _mapping(self, node: MappingNode, path: Path_) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        first_line: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, ScalarNode) or key_node.tag not in _SCALAR_TAGS:
-                kind = f"tag {_short(key_node.tag)}" if isinstance(key_node, ScalarNode) else _kind(key_node)
-                self.fail(key_node.start_mark, path, f"mapping keys must be plain text, not {kind}")
-                continue
-            key = key_node.value
-            key_path = (*path, key)
-            if key == "<<" and key_node.style is None:
-                self.fail(key_node.start_mark, key_path, "merge keys (<<) are not supported in a spec; write the keys out")
-                continue
-            if key in first_line:
-                self.fail(key_node.start_mark, key_path, f"duplicate key {key!r} (first at line {first_line[key]}); keep one")
-                continue
-            first_line[key] = key_node.start_mark.line + 1
-            self.keys[key_path] = self.where(key_node.start_mark)
-            result[key] = self.build(value_node, key_path)
-        return result
-
-    def _scalar(self, node: ScalarNode, path: Path_) -> Any:
-        value, tag = node.value, node.tag
-        if tag == _STR:
-            return value
-        if tag == _NULL and value in _NULLS:
-            return None
-        if tag == _BOOL and value in _TRUE | _FALSE:
-            return value in _TRUE
-        try:
-            if tag == _INT and _INT_RE.fullmatch(value):
-                return int(value)
-            if tag == _FLOAT and _FLOAT_RE.fullmatch(value):
-                return float(value)
-        except ValueError:
-            return self.fail(node.start_mark, path, f"number {value[:20]}... is too long")
-        if tag in _SCALAR_TAGS:
-            return self.fail(node.start_mark, path, f"{value!r} is not a valid {_short(tag)}; quote it to make it text")
-        return self.fail(node.start_mark, path, f"tag {_short(tag)} is not allowed; {_ALLOWED}")
-
-
-_ALLOWED = "a spec holds only text, numbers, true/false, null, mappings and lists"
-
-
-def _short(tag: str) -> str:
-    return "!!" + tag[len(_TAG) :] if tag.startswith(_TAG) else tag
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, (MappingNode, Mapping)):
-        return "a mapping"
-    if isinstance(value, (SequenceNode, list, tuple)):
-        return "a list"
-    return "a scalar" if isinstance(value, ScalarNode) else type(value).__name__
-
-
-def _decode(raw: bytes, file: str | None, chain: tuple[str, ...]) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        message = f"not UTF-8: byte 0x{raw[e.start]:02x} cannot be decoded; save the file as UTF-8"
-        raise SpecError([_noted(SpecIssue(message, "$", file, line, column), chain)]) from None
-
-
-def _too_big(max_bytes: int, file: str | None, chain: tuple[str, ...]) -> SpecError:
-    message = f"the spec is larger than {max_bytes} bytes; pass a larger max_bytes= to read it"
-    return SpecError([_noted(SpecIssue(message, "$", file), chain)])
-
-
-def _parse(text: str, file: str | None, chain: tuple[str, ...]) -> _Part:
-    """Compose and build one YAML document; raises SpecError for YAML errors and refused constructs."""
-    part = _Part(file, chain)
-    try:
-        root = _SpecLoader(text).compose_single()
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        message = e.problem or e.context or "invalid YAML"
-        if e.context and e.problem:
-            message += f" ({e.context})"
-        line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        raise SpecError([_noted(SpecIssue(message, "$", file, line, column), chain)]) from None
-    except yaml.reader.ReaderError as e:
-        line = text.count("\n", 0, e.position) + 1
-        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
-        message = f"unacceptable character #x{e.character:04x}: {e.reason}"
-        raise SpecError([_noted(SpecIssue(message, "$", file, line, column), chain)]) from None
-    except yaml.YAMLError as e:
-        raise SpecError([_noted(SpecIssue(f"invalid YAML: {e}", "$", file), chain)]) from None
-    if root is None or isinstance(root, ScalarNode) and root.tag == _NULL and root.value == "":
-        part.issues.append(_noted(SpecIssue("the spec is empty; it needs at least 'yamltrace: 1'", "$", file), chain))
-    elif not isinstance(root, MappingNode):
-        part.fail(root.start_mark, (), f"the top level of a spec must be a mapping (yamltrace: 1, outputs: ...), not {_kind(root)}")
-    else:
-        part.data = part.build(root, ())
-    if part.issues:
-        raise SpecError(part.issues)
-    return part
-
-
-def _read_text(text: str | bytes, max_bytes: int, file: str | None, chain: tuple[str, ...]) -> _Part:
-    size = len(text) if isinstance(text, bytes) or len(text) > max_bytes else len(text.encode("utf-8", "surrogatepass"))
-    if size > max_bytes:
-        raise _too_big(max_bytes, file, chain)
-    if isinstance(text, bytes):
-        text = _decode(text, file, chain)
-    return _parse(text, file, chain)
-
-
-def _read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...]) -> _Part:
-    """Read a regular file (never a FIFO or device, which could block) of at most `max_bytes`."""
-
-    def fail(message: str) -> SpecError:
-        return SpecError([_noted(SpecIssue(message, "$", display), chain)])
-
-    try:
-        info = os.stat(path)
-        regular = stat.S_ISREG(info.st_mode)
-        raw = b""
-        if regular and info.st_size <= max_bytes:
-            with open(path, "rb") as f:
-                raw = f.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise fail("file not found") from None
-    except (OSError, ValueError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise fail(f"cannot read the file: {reason}") from None
-    if not regular:
-        raise fail("not a regular file; a spec must be a YAML file")
-    if info.st_size > max_bytes or len(raw) > max_bytes:
-        raise _too_big(max_bytes, display, chain)
-    return _read_text(raw, max_bytes, display, chain)
-
 
 def _plain(value: Any, path: Path_, issues: list[SpecIssue]) -> Any:
     """A copy of a Python mapping source as plain data; keys must be text, values YAML-like."""
@@ -334,13 +71,13 @@ def _plain(value: Any, path: Path_, issues: list[SpecIssue]) -> Any:
         return [_plain(item, (*path, i), issues) for i, item in enumerate(value)]
     if value is None or isinstance(value, (str, int, float)):
         return value
-    issues.append(SpecIssue(f"{type(value).__name__} is not allowed; {_ALLOWED}", format_json_path(path), "<mapping>"))
+    issues.append(SpecIssue(f"{type(value).__name__} is not allowed; {ALLOWED}", format_json_path(path), "<mapping>"))
     return None
 
 
-def _merge(base: _Part, child: _Part) -> _Part:
+def _merge(base: Part, child: Part) -> Part:
     """`child` over `base`: MERGED_SECTIONS merge per entry (the child's entries first), other keys are replaced."""
-    merged = _Part(child.file, child.chain)
+    merged = Part(child.file, child.chain)
 
     def merges(key: str) -> bool:
         return key in MERGED_SECTIONS and isinstance(child.data.get(key), dict) and isinstance(base.data.get(key), dict)
@@ -352,7 +89,7 @@ def _merge(base: _Part, child: _Part) -> _Part:
         else:
             merged.data[key] = (child if key in child.data else base).data[key]
 
-    def owner(path: Path_) -> _Part:
+    def owner(path: Path_) -> Part:
         if not path or path[0] in child.data and not (merges(path[0]) and len(path) > 1):
             return child
         if merges(path[0]):
@@ -367,7 +104,7 @@ def _merge(base: _Part, child: _Part) -> _Part:
     return merged
 
 
-def _extend(part: _Part, base_dir: str, seen: frozenset[str], max_bytes: int) -> _Part:
+def _extend(part: Part, base_dir: str, seen: frozenset[str], max_bytes: int) -> Part:
     """Read `part`'s `extends` base (recursively, refusing cycles) and merge `part` over it."""
     if "extends" not in part.data:
         return part
@@ -391,7 +128,7 @@ def _extend(part: _Part, base_dir: str, seen: frozenset[str], max_bytes: int) ->
         raise fail(f"extends cycle: {' -> '.join((*part.chain, display))}; remove one of these extends")
     if not exists:
         raise fail(f"base spec {ref!r} not found (looked for {display})")
-    base = _read_file(target, display, max_bytes, (*part.chain, display))
+    base = read_file(target, display, max_bytes, (*part.chain, display))
     return _merge(_extend(base, os.path.dirname(target), seen | {real}, max_bytes), part)
 
 
@@ -411,16 +148,16 @@ def read_spec_document(
     """
     if isinstance(source, Mapping):
         issues: list[SpecIssue] = []
-        part = _Part(None, ("<mapping>",), data=_plain(source, (), issues))
+        part = Part(None, ("<mapping>",), data=_plain(source, (), issues))
         if issues:
             raise SpecError(issues)
         base_dir, seen = os.getcwd(), frozenset()
     elif isinstance(source, os.PathLike) or isinstance(source, str) and _names_file(source):
         display = os.fsdecode(os.fspath(source))
-        part = _read_file(display, display, max_bytes, (display,))
+        part = read_file(display, display, max_bytes, (display,))
         base_dir, seen = os.path.dirname(display), frozenset({os.path.realpath(display)})
     elif isinstance(source, (str, bytes)):
-        part = _read_text(source, max_bytes, None, ("<string>",))
+        part = read_text(source, max_bytes, None, ("<string>",))
         base_dir, seen = os.getcwd(), frozenset()
     else:
         raise SpecError.single(f"cannot read a spec from {type(source).__name__}; pass a path, YAML text, bytes or a mapping")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import DATA
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -15,7 +15,7 @@ from yamltrace.spec import default_registry
 from yamltrace.spec import validate_spec
 from yamltrace.spec import load_spec
 
-PLUGINS = Path(__file__).parent / "data" / "plugins"
+PLUGINS = DATA / "plugins"
 SIDE_EFFECT = "ytplugins.side_effect"
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from helpers import ROOT
 from torch import nn
 
 from yamltrace.spec import SCHEMA_ID, load_schema, validate_spec
 
-ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 
 

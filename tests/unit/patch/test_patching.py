@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-from _specs import patch_spec
+from helpers import patch_spec
 import torch
 from torch import nn
 
 import yamltrace.kernels
 import yamltrace.examples.tiny
 from yamltrace.kernels import SdpaTinyAttention
-from yamltrace.patch import clear_patch_mapping, get_patch_mapping, register_patch_mapping
+from yamltrace.patch import clear_patch_mapping, register_patch_mapping
 from yamltrace.errors import PatchError
 from yamltrace.patch import (
     apply_patches,
@@ -26,10 +26,8 @@ from yamltrace.tracing import trace
 
 
 @pytest.fixture(autouse=True)
-def empty_registry():
-    assert get_patch_mapping() == {}, "a previous test leaked patch mappings"
+def tiny_module_unpatched():
     yield
-    clear_patch_mapping()
     assert yamltrace.examples.tiny.TinyAttention is TinyAttention, "a test left yamltrace.examples.tiny patched"
 
 

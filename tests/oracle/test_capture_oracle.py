@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from transformers.utils.output_capturing import capture_outputs as hf_capture_outputs
 
-from _footprint import hook_count
-from _oracle import CASES, TOY_DIM, Case, ToyConfig, build_pair, make_composite, make_normed
+from helpers import assert_same, hook_count
+from helpers_transformers import CASES, TOY_DIM, Case, ToyConfig, build_pair, make_composite, make_normed
 from yamltrace.capture import capture_outputs
 from yamltrace.engine import OutputRecorder, normalize_output_map
 from yamltrace.tracing import trace
@@ -23,20 +23,6 @@ pytestmark = pytest.mark.oracle
 
 FLAGS = {"output_hidden_states": True, "output_attentions": True}
 
-
-
-def assert_same(actual: Any, expected: Any, where: str = "output") -> None:
-    """Equal structure; tensors `torch.equal`; other leaves (caches) of the same type."""
-    if isinstance(expected, torch.Tensor):
-        assert isinstance(actual, torch.Tensor) and torch.equal(actual, expected), where
-    elif isinstance(expected, tuple):
-        assert isinstance(actual, tuple) and len(actual) == len(expected), f"{where}: {len(actual)} vs {len(expected)}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_same(a, e, f"{where}[{i}]")
-    elif expected is None:
-        assert actual is None, where
-    else:
-        assert type(actual) is type(expected), where
 
 
 def captured_keys(model: nn.Module) -> list[str]:

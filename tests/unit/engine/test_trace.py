@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from _footprint import hook_count
+from helpers import assert_same, hook_count
 from yamltrace.capture import capture_outputs
 from yamltrace.modeling import Config
 from yamltrace.modeling import merge_with_config_defaults
@@ -18,12 +18,6 @@ from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer,
 from yamltrace.engine import active_sessions
 from yamltrace.tracing import trace
 
-
-
-def assert_all_equal(actual: tuple, expected: tuple) -> None:
-    assert len(actual) == len(expected)
-    for a, e in zip(actual, expected):
-        assert (a is None and e is None) or torch.equal(a, e)
 
 
 class Flaky(nn.Module):
@@ -61,8 +55,8 @@ def test_trace_matches_the_models_own_outputs(tiny, input_ids) -> None:
     with trace(tiny) as captures:
         tiny(input_ids)
     assert set(captures) == {"hidden_states", "attentions"}
-    assert_all_equal(captures["hidden_states"], own.hidden_states)
-    assert_all_equal(captures["attentions"], own.attentions)
+    assert_same(captures["hidden_states"], own.hidden_states)
+    assert_same(captures["attentions"], own.attentions)
     assert hook_count(tiny) == 0
 
 
@@ -72,8 +66,8 @@ def test_plain_sequential_with_a_dict_spec(seq, x) -> None:
     a, b, c = linear_outputs(seq, x)
     assert torch.equal(out, c)
     # Initial state is the first Linear's input; no tie-last since the root returns a bare tensor.
-    assert_all_equal(captures["hidden_states"], (x, a, b, c))
-    assert_all_equal(captures["relu"], (seq[1](a),))
+    assert_same(captures["hidden_states"], (x, a, b, c))
+    assert_same(captures["relu"], (seq[1](a),))
     assert hook_count(seq) == 0
 
 
@@ -89,7 +83,7 @@ def test_outputs_selects_keys(tiny, input_ids) -> None:
     with trace(tiny, outputs="attentions") as captures:
         tiny(input_ids)
     assert list(captures) == ["attentions"]
-    assert_all_equal(captures["attentions"], own.attentions)
+    assert_same(captures["attentions"], own.attentions)
     with trace(tiny, outputs=["hidden_states", "attentions"]) as captures:
         pass
     assert list(captures) == ["hidden_states", "attentions"]
@@ -121,9 +115,9 @@ def test_each_call_is_a_step_and_captures_concatenate(tiny, input_ids) -> None:
         tiny(other)
     assert len(captures.steps) == 2
     for step, own in zip(captures.steps, (first, second)):
-        assert_all_equal(step["hidden_states"], own.hidden_states)
-        assert_all_equal(step["attentions"], own.attentions)
-    assert_all_equal(captures["attentions"], first.attentions + second.attentions)
+        assert_same(step["hidden_states"], own.hidden_states)
+        assert_same(step["attentions"], own.attentions)
+    assert_same(captures["attentions"], first.attentions + second.attentions)
     assert len(captures["hidden_states"]) == 2 * (tiny.config.num_hidden_layers + 1)
 
 
@@ -146,8 +140,8 @@ def test_failed_step_is_discarded_and_state_is_clean(seq, x) -> None:
         seq[3].fail = False
         seq(x * 3)
     assert len(captures.steps) == 2
-    assert_all_equal(captures.steps[0]["hidden_states"], (x, *linear_outputs(seq, x)))
-    assert_all_equal(captures.steps[1]["hidden_states"], (x * 3, *linear_outputs(seq, x * 3)))
+    assert_same(captures.steps[0]["hidden_states"], (x, *linear_outputs(seq, x)))
+    assert_same(captures.steps[1]["hidden_states"], (x * 3, *linear_outputs(seq, x * 3)))
     assert hook_count(seq) == 0
     assert active_sessions() == ()
 
@@ -179,7 +173,7 @@ def test_recorder_layers_negative_without_config_counts_hooked_modules(seq, x) -
     with trace(seq, spec) as captures:
         seq(x)
     a, _, c = linear_outputs(seq, x)
-    assert_all_equal(captures["linears"], (a, None, c))
+    assert_same(captures["linears"], (a, None, c))
 
 
 def _untied_forward() -> Any:
@@ -198,7 +192,7 @@ def test_trace_follows_the_decorators_tie_last_unless_config_sets_it(input_ids, 
     own = model(input_ids, output_hidden_states=True)
     with trace(model, outputs="hidden_states") as captures:
         model(input_ids)
-    assert_all_equal(captures["hidden_states"], own.hidden_states)
+    assert_same(captures["hidden_states"], own.hidden_states)
     assert torch.equal(captures["hidden_states"][-1], own.last_hidden_state) is tied
 
 
@@ -208,7 +202,7 @@ def test_nested_traces_both_record(tiny, input_ids) -> None:
             tiny(input_ids)
         tiny(input_ids)
     assert len(outer.steps) == 2 and len(inner.steps) == 1
-    assert_all_equal(inner["attn"], outer.steps[0]["attentions"])
+    assert_same(inner["attn"], outer.steps[0]["attentions"])
     assert len(inner["layers"]) == tiny.config.num_hidden_layers
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from _footprint import hook_count
+from helpers import assert_same, hook_count
 from yamltrace.capture import capture_outputs
 from yamltrace.engine import active_sessions
 from yamltrace.modeling import Config
@@ -119,17 +119,6 @@ def reference(model: ToyModel, x: torch.Tensor) -> dict[str, list[torch.Tensor]]
     return {"hidden_states": states, "attentions": attentions, "cross_attentions": cross, "last": [model.norm(states[-1])]}
 
 
-def assert_tensors_equal(actual: tuple, expected: list) -> None:
-    assert isinstance(actual, tuple)
-    assert len(actual) == len(expected)
-    for a, e in zip(actual, expected):
-        if e is None:
-            assert a is None
-        else:
-            assert torch.equal(a, e)
-
-
-
 @pytest.fixture
 def toy() -> ToyModel:
     torch.manual_seed(0)
@@ -147,7 +136,7 @@ def x() -> torch.Tensor:
 def test_bare_class_records_index_0_for_hidden_states_and_whole_non_tuple_output(toy, x) -> None:
     ref = reference(toy, x)
     out = toy(x, output_hidden_states=True)
-    assert_tensors_equal(out.hidden_states, ref["hidden_states"][:-1] + ref["last"])
+    assert_same(out.hidden_states, ref["hidden_states"][:-1] + ref["last"])
 
 
 def test_bare_class_for_other_key_records_index_1(toy, x) -> None:
@@ -155,25 +144,25 @@ def test_bare_class_for_other_key_records_index_1(toy, x) -> None:
     ref = reference(toy, x)
     out = toy(x, output_attentions=True)
     interleaved = [w for pair in zip(ref["attentions"], ref["cross_attentions"]) for w in pair]
-    assert_tensors_equal(out.attentions, interleaved)
+    assert_same(out.attentions, interleaved)
 
 
 def test_non_tuple_output_is_recorded_whole_whatever_the_index(toy, x) -> None:
     toy._can_record_outputs = {"layer_outputs": Layer}  # default index 1, but Layer returns a tensor
     out = toy(x, output_layer_outputs=True)
-    assert_tensors_equal(out["layer_outputs"], reference(toy, x)["hidden_states"][1:])
+    assert_same(out["layer_outputs"], reference(toy, x)["hidden_states"][1:])
 
 
 def test_layer_name_tells_self_from_cross_attention(toy, x) -> None:
     ref = reference(toy, x)
     out = toy(x, output_attentions=True)
-    assert_tensors_equal(out.attentions, ref["attentions"])
-    assert_tensors_equal(out["cross_attentions"], ref["cross_attentions"])
+    assert_same(out.attentions, ref["attentions"])
+    assert_same(out["cross_attentions"], ref["cross_attentions"])
 
 
 def test_class_name_matches_a_path_suffix_not_a_class_name(toy, x) -> None:
     toy._can_record_outputs = {"attentions": ".layers.1.attn"}
-    assert_tensors_equal(toy(x, output_attentions=True).attentions, reference(toy, x)["attentions"][1:])
+    assert_same(toy(x, output_attentions=True).attentions, reference(toy, x)["attentions"][1:])
     toy._can_record_outputs = {"attentions": "Attn"}
     assert toy(x, output_attentions=True).attentions == ()
 
@@ -212,7 +201,7 @@ def test_output_attentions_switches_cross_attentions_and_their_own_flag_is_ignor
     out = toy(x, output_cross_attentions=True)
     assert "cross_attentions" not in out and out.attentions is None
     out = toy(x, output_attentions=True, output_cross_attentions=False)
-    assert_tensors_equal(out["cross_attentions"], reference(toy, x)["cross_attentions"])
+    assert_same(out["cross_attentions"], reference(toy, x)["cross_attentions"])
 
 
 # Rule 4: hidden states
@@ -246,7 +235,7 @@ def test_initial_state_passed_by_keyword_is_captured(x) -> None:
 def test_capture_initial_hidden_state_false_gives_one_state_per_layer(toy, x) -> None:
     toy._can_record_outputs = {"hidden_states": OutputRecorder(Layer, capture_initial_hidden_state=False)}
     ref = reference(toy, x)
-    assert_tensors_equal(toy(x, output_hidden_states=True).hidden_states, ref["hidden_states"][1:-1] + ref["last"])
+    assert_same(toy(x, output_hidden_states=True).hidden_states, ref["hidden_states"][1:-1] + ref["last"])
 
 
 def test_last_state_is_tied_to_last_hidden_state(toy, x) -> None:
@@ -271,7 +260,7 @@ def test_tie_last_off_by_decorator_or_config_and_config_wins(x, model_class, con
     model = model_class(Config(num_hidden_layers=2, tie_last_hidden_states=config_tie)).eval()
     ref = reference(model, x)
     out = model(x, output_hidden_states=True)
-    assert_tensors_equal(out.hidden_states, ref["hidden_states"][:-1] + (ref["last"] if tied else ref["hidden_states"][-1:]))
+    assert_same(out.hidden_states, ref["hidden_states"][:-1] + (ref["last"] if tied else ref["hidden_states"][-1:]))
 
 
 def test_last_state_not_tied_when_unselected(toy, x) -> None:
@@ -291,13 +280,13 @@ def test_hidden_state_selection_keeps_only_selected_positions(toy, x, selection,
     ref = reference(toy, x)
     full = ref["hidden_states"][:-1] + ref["last"]
     out = toy(x, output_hidden_states=selection)
-    assert_tensors_equal(out.hidden_states, [t if i in kept else None for i, t in enumerate(full)])
+    assert_same(out.hidden_states, [t if i in kept else None for i, t in enumerate(full)])
 
 
 def test_negative_selection_without_initial_state_counts_layers_only(toy, x) -> None:
     toy._can_record_outputs = {"hidden_states": OutputRecorder(Layer, capture_initial_hidden_state=False)}
     out = toy(x, output_hidden_states=[-2])
-    assert_tensors_equal(out.hidden_states, [reference(toy, x)["hidden_states"][1], None])
+    assert_same(out.hidden_states, [reference(toy, x)["hidden_states"][1], None])
 
 
 def test_negative_selection_reads_the_recorders_layer_count_key(x) -> None:
@@ -305,7 +294,7 @@ def test_negative_selection_reads_the_recorders_layer_count_key(x) -> None:
     model = ToyModel(Config(num_hidden_layers=None, n_blocks=2)).eval()
     model._can_record_outputs = {"hidden_states": OutputRecorder(Layer, num_hidden_layers_key="n_blocks")}
     ref = reference(model, x)
-    assert_tensors_equal(model(x, output_hidden_states=-1).hidden_states, [None, None] + ref["last"])
+    assert_same(model(x, output_hidden_states=-1).hidden_states, [None, None] + ref["last"])
 
 
 def test_negative_selection_without_layer_count_is_a_clear_error(x) -> None:
@@ -318,7 +307,7 @@ def test_negative_selection_without_layer_count_is_a_clear_error(x) -> None:
 
 def test_recorder_layers_select_positions_of_other_keys(toy, x) -> None:
     toy._can_record_outputs = {"attentions": OutputRecorder(Attn, index=1, layer_name="attn", layers=(-1,))}
-    assert_tensors_equal(toy(x, output_attentions=True).attentions, [None, reference(toy, x)["attentions"][1]])
+    assert_same(toy(x, output_attentions=True).attentions, [None, reference(toy, x)["attentions"][1]])
 
 
 # Rule 6: composite models
@@ -386,10 +375,10 @@ def test_nested_decorated_model_shadows_the_parents_collector(x) -> None:
     states, outer_weights = composite_reference(model, x)
     out = model(x, output_hidden_states=True, output_attentions=True)
     # The parent records its own region only; the nested forward records its subtree for itself.
-    assert_tensors_equal(out.hidden_states, states[:2])
-    assert_tensors_equal(out.inner_hidden_states, states[1:])
+    assert_same(out.hidden_states, states[:2])
+    assert_same(out.inner_hidden_states, states[1:])
     # The nested map has no attentions, so the nested Attn modules record nothing anywhere.
-    assert_tensors_equal(out.attentions, outer_weights)
+    assert_same(out.attentions, outer_weights)
     assert hook_count(model) == 0
 
 
@@ -398,9 +387,9 @@ def test_nested_map_governs_its_subtree_when_its_forward_is_plain(x) -> None:
     model = Outer(UndecoratedInner).eval()
     states, outer_weights = composite_reference(model, x)
     out = model(x, output_hidden_states=True, output_attentions=True)
-    assert_tensors_equal(out.hidden_states, states)
+    assert_same(out.hidden_states, states)
     assert out.inner_hidden_states is None
-    assert_tensors_equal(out.attentions, outer_weights)
+    assert_same(out.attentions, outer_weights)
 
 
 # Rule 7: injection and return_dict
@@ -416,7 +405,7 @@ def test_return_dict_false_returns_to_tuple_without_none(x, via_config) -> None:
     assert isinstance(plain, tuple) and len(plain) == 1 and torch.equal(plain[0], ref["last"][0])
     last, hidden = model(x, output_hidden_states=True, **kwargs)
     assert torch.equal(last, ref["last"][0])
-    assert_tensors_equal(hidden, ref["hidden_states"][:-1] + ref["last"])
+    assert_same(hidden, ref["hidden_states"][:-1] + ref["last"])
 
 
 # Rule 8 and "no cost when off": state after success and failure
@@ -455,7 +444,7 @@ def test_exception_mid_forward_leaves_no_state(toy, x) -> None:
     toy.layers[1].fail = False
     again = toy(x, output_hidden_states=True, output_attentions=True)
     for key in ("hidden_states", "attentions", "cross_attentions"):
-        assert_tensors_equal(again[key], list(expected[key]))
+        assert_same(again[key], list(expected[key]))
 
 
 # Capture options: references by default, copies only on request (`detach`, `to`, `dtype`)
@@ -520,7 +509,7 @@ def test_dtype_casts_every_kept_capture_including_the_initial_state(untied, x, d
     out = untied(x, **FLAGS)
     for key in ("hidden_states", "attentions"):
         assert all(t.dtype == torch.float16 for t in out[key])
-        assert_tensors_equal(out[key], [t.half() for t in reference_out[key]])
+        assert_same(out[key], [t.half() for t in reference_out[key]])
     assert out.hidden_states[-1].requires_grad  # a cast without detach stays in the graph
 
 
@@ -539,7 +528,7 @@ def test_options_combine_and_skip_unselected_positions(untied, x) -> None:
     assert out.hidden_states[1] is None
     kept = [out.hidden_states[0], out.hidden_states[2]]
     assert all(t.dtype == torch.float16 and t.device.type == "cpu" and not t.requires_grad for t in kept)
-    assert_tensors_equal(tuple(kept), [reference_out.hidden_states[0].half(), reference_out.hidden_states[2].half()])
+    assert_same(tuple(kept), [reference_out.hidden_states[0].half(), reference_out.hidden_states[2].half()])
 
 
 def test_collector_transforms_kept_values_only() -> None:
@@ -590,7 +579,7 @@ def test_options_apply_through_trace(toy, x) -> None:
     with torch.enable_grad(), trace(toy, {"attentions": recorder}) as captures:
         toy(x)
     assert all(t.dtype == torch.float16 and not t.requires_grad for t in captures["attentions"])
-    assert_tensors_equal(captures["attentions"], [t.half() for t in reference_weights])
+    assert_same(captures["attentions"], [t.half() for t in reference_weights])
 
 
 def test_options_apply_to_the_tied_last_hidden_state(toy, x) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from _specs import patch_spec
+from helpers import patch_spec
 from torch import nn
 
 from yamltrace.patch import (
@@ -30,13 +30,6 @@ class B(nn.Module):
 
 class C(nn.Module):
     pass
-
-
-@pytest.fixture(autouse=True)
-def empty_registry():
-    assert get_patch_mapping() == {}, "a previous test leaked patch mappings"
-    yield
-    clear_patch_mapping()
 
 
 def test_exact_name_beats_a_regex_registered_before_it():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from yamltrace.spec import _reader as source_module
+from yamltrace.spec import _yaml as source_module
 from yamltrace.errors import SpecError
 from yamltrace.spec import MAX_DEPTH, SpecDocument, read_spec_document
 

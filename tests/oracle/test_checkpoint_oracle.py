@@ -8,7 +8,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from _oracle import tiny_llama_config  # noqa: E402
+from helpers_transformers import tiny_llama_config  # noqa: E402
 from transformers import AutoModel, LlamaModel  # noqa: E402
 from transformers import monkey_patching as hf_patching  # noqa: E402
 from transformers.models.llama import modeling_llama  # noqa: E402

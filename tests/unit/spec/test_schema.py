@@ -12,13 +12,12 @@ from typing import Any
 
 import jsonschema
 import pytest
+from helpers import DATA, ROOT
 
 from yamltrace.errors import SpecError
 from yamltrace.spec import SCHEMA_FILE, SCHEMA_ID, load_schema, validate_spec
 from yamltrace.spec import read_spec_document
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parent / "data"
 VALID = sorted((DATA / "valid").glob("*.yaml"))
 INVALID = sorted((DATA / "invalid").glob("*.yaml"))
 

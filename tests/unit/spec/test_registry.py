@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import DATA
 from torch import nn
 
 import yamltrace.examples.tiny
@@ -21,7 +21,7 @@ from yamltrace.spec import (
     unregister_class,
 )
 
-PLUGINS = Path(__file__).parent / "data" / "plugins"
+PLUGINS = DATA / "plugins"
 TRUSTED = ImportPolicy(trust=True)
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import DATA
 import torch
 
 import yamltrace.examples.tiny
@@ -192,7 +193,7 @@ def test_trace_of_a_loaded_model_follows_recorders_to_replacements(tmp_path, inp
     assert loaded.yamltrace_spec.outputs["mlp"][0].target_class is TinyMLP
 
 
-PLUGINS = Path(__file__).parent / "data" / "plugins"
+PLUGINS = DATA / "plugins"
 
 
 @pytest.fixture

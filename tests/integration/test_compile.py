@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _footprint import hook_count
+from helpers import assert_same, hook_count
 from yamltrace.engine import OutputRecorder
 from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import trace
@@ -18,10 +18,6 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
-
-
-def _same(got: tuple, expected: tuple) -> bool:
-    return len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected))
 
 
 def test_fullgraph_trace_equals_eager_and_keeps_steps_apart(tiny: TinyModel, input_ids) -> None:
@@ -35,7 +31,7 @@ def test_fullgraph_trace_equals_eager_and_keeps_steps_apart(tiny: TinyModel, inp
         compiled(input_ids)  # after the block: recorded nowhere
     assert len(captures.steps) == 2
     for key in ("hidden_states", "attentions"):
-        assert _same(captures.steps[0][key], eager[key])
+        assert_same(captures.steps[0][key], eager[key])
         assert len(captures[key]) == 2 * len(eager[key])
     assert hook_count(tiny) == 0
 
@@ -54,7 +50,7 @@ def test_fullgraph_trace_of_a_decorated_model_with_layer_selection(input_ids) ->
 
 @pytest.mark.oracle
 def test_fullgraph_trace_of_transformers_llama_equals_its_own_outputs(input_ids) -> None:
-    from _oracle import tiny_llama_config
+    from helpers_transformers import tiny_llama_config
     from transformers import LlamaModel
 
     torch.manual_seed(0)
@@ -64,8 +60,8 @@ def test_fullgraph_trace_of_transformers_llama_equals_its_own_outputs(input_ids)
         own = model(input_ids, output_hidden_states=True, output_attentions=True)
         with trace(model) as captures:
             torch.compile(model, backend="eager", fullgraph=True)(input_ids)
-    assert _same(captures["hidden_states"], own.hidden_states)
-    assert _same(captures["attentions"], own.attentions)
+    assert_same(captures["hidden_states"], own.hidden_states)
+    assert_same(captures["attentions"], own.attentions)
 
 
 def test_a_model_compiled_and_called_before_the_block_is_captured_without_recompiling_per_block(
@@ -84,7 +80,7 @@ def test_a_model_compiled_and_called_before_the_block_is_captured_without_recomp
                 compiled(input_ids)
             graphs.append(counters["stats"]["unique_graphs"])
             for key in ("hidden_states", "attentions"):
-                assert _same(captures[key], eager[key])
+                assert_same(captures[key], eager[key])
         compiled(input_ids)
     # One graph without the interceptors, one with them: later blocks reuse it.
     assert graphs[0] == graphs[1] == graphs[2]
@@ -102,7 +98,7 @@ def test_trace_accepts_the_module_torch_compile_returned(tiny: TinyModel, input_
             compiled(input_ids)
     assert len(captures.steps) == 2
     for key in ("hidden_states", "attentions"):
-        assert _same(captures.steps[1][key], eager[key])
+        assert_same(captures.steps[1][key], eager[key])
     assert hook_count(tiny) == 0
 
 
@@ -122,7 +118,7 @@ def test_trace_of_a_compiled_model_follows_its_decorator_tie_last_argument(input
         with trace(compiled) as captures:
             compiled(input_ids)
     assert not torch.equal(own.hidden_states[-1], own.last_hidden_state)
-    assert _same(captures["hidden_states"], own.hidden_states)
+    assert_same(captures["hidden_states"], own.hidden_states)
 
 
 def test_decorator_capture_compiles_with_graph_breaks_and_refuses_fullgraph_naming_trace(input_ids) -> None:
@@ -133,7 +129,7 @@ def test_decorator_capture_compiles_with_graph_breaks_and_refuses_fullgraph_nami
         eager = model(input_ids, **flags)
         compiled = torch.compile(model, backend="eager")(input_ids, **flags)
         for key in ("hidden_states", "attentions"):
-            assert _same(compiled[key], eager[key])
+            assert_same(compiled[key], eager[key])
         torch._dynamo.reset()
         with pytest.raises(torch._dynamo.exc.Unsupported, match=r"yamltrace\.trace\(model\)"):
             torch.compile(model, backend="eager", fullgraph=True)(input_ids, **flags)
@@ -143,4 +139,4 @@ def test_decorator_capture_compiles_with_graph_breaks_and_refuses_fullgraph_nami
         assert torch.equal(fullgraph(input_ids).last_hidden_state, eager.last_hidden_state)
         with trace(model) as captures:
             fullgraph(input_ids)
-    assert _same(captures["hidden_states"], eager.hidden_states)
+    assert_same(captures["hidden_states"], eager.hidden_states)

@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 import yaml
 
 from yamltrace.cli import FileResult, GitHubReporter, main
 from yamltrace.errors import SpecIssue
 from yamltrace.spec import SCHEMA_FILE
 
-ROOT = Path(__file__).resolve().parents[1]
 INVALID = sorted((ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
 SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "specs").glob("*.yaml"))
 WRONG_TYPES = "tests/data/invalid/wrong-types.yaml"

@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 import yamltrace
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from _oracle import tiny_llama_config
+from helpers_transformers import tiny_llama_config
 
 import yamltrace
 from yamltrace.engine import normalize_output_map

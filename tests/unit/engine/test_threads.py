@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
-from _footprint import hook_count
+from helpers import assert_same, hook_count
 from yamltrace.examples.tiny import TinyModel
 from yamltrace.tracing import trace
 
@@ -59,14 +58,6 @@ def traced_run(model: TinyModel, ids: torch.Tensor, i: int, sync: Callable[[], N
 
 def mixed_run(model: TinyModel, ids: torch.Tensor, i: int, sync: Callable[[], None] = no_sync) -> Result:
     return (traced_run if i % 2 else decorated_run)(model, ids, i, sync)
-
-
-def assert_same(actual: Result, expected: Result) -> None:
-    assert actual.keys() == expected.keys()
-    for key, values in expected.items():
-        assert len(actual[key]) == len(values), key
-        for a, e in zip(actual[key], values):
-            assert (a is None and e is None) or (a == e if isinstance(e, int) else torch.equal(a, e)), key
 
 
 @pytest.mark.parametrize("run", [decorated_run, traced_run, mixed_run], ids=["capture_outputs", "trace", "mixed"])

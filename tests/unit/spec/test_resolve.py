@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 import torch
 from torch import nn
 
@@ -17,7 +18,7 @@ from yamltrace.spec import ClassRegistry
 from yamltrace.spec import PatchEntry, Spec, load_spec, spec_from_model
 from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyMLP, TinyModel
 
-SPECS = Path(__file__).parent.parent / "specs"
+SPECS = ROOT / "specs"
 
 TINY_SPEC = """\
 yamltrace: 1

@@ -1,0 +1,58 @@
+"""Helpers shared by the tests: comparing captures, counting what a capture left on a model, small Specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from yamltrace.spec import PatchEntry, Spec
+
+# The repository root, and the test data (spec fixtures, plugin packages).
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def assert_same(actual: Any, expected: Any, where: str = "output") -> None:
+    """Equal structure with tensors `torch.equal`: a tuple or list expected is matched by a tuple of
+    the same length (captures are tuples), `None` by `None`, numbers and text by `==`, a mapping key
+    by key; any other leaf (a cache object) by its type."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor) and torch.equal(actual, expected), where
+    elif isinstance(expected, (tuple, list)):
+        assert isinstance(actual, tuple), f"{where}: {type(actual).__name__}, not a tuple"
+        assert len(actual) == len(expected), f"{where}: {len(actual)} vs {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_same(a, e, f"{where}[{i}]")
+    elif isinstance(expected, dict):
+        assert list(actual.keys()) == list(expected.keys()), where
+        for key in expected:
+            assert_same(actual[key], expected[key], f"{where}[{key!r}]")
+    elif expected is None:
+        assert actual is None, where
+    elif isinstance(expected, (bool, int, float, str)):
+        assert actual == expected, where
+    else:
+        assert type(actual) is type(expected), where
+
+
+def hook_count(model: nn.Module) -> int:
+    """Forward (pre-)hooks and instance-level `forward` attributes on every module of `model`.
+
+    A module of a model nobody intercepts has neither, so the count is 0 exactly when a capture left
+    nothing behind.
+    """
+    return sum(
+        len(m._forward_hooks)
+        + len(m._forward_pre_hooks)
+        + len(m._forward_hooks_always_called)
+        + int("forward" in m.__dict__)
+        for m in model.modules()
+    )
+
+
+def patch_spec(*entries: tuple) -> Spec:
+    """A Spec holding only patch entries `(pattern, replacement[, device])`."""
+    return Spec(outputs={}, patches=tuple(PatchEntry(e[0], e[1], str(e[1]), *e[2:]) for e in entries))
