@@ -13,7 +13,8 @@ import pytest
 from helpers import ROOT
 import yaml
 
-from yamltrace.cli import FileResult, GitHubReporter, main
+from yamltrace.cli import main
+from yamltrace.cli._report import FileResult, GitHubReporter
 from yamltrace.errors import SpecIssue
 from yamltrace.spec import SCHEMA_FILE
 

@@ -1,0 +1,100 @@
+"""Validation results as data (`FileResult`, holding `SpecIssue`s), rendered late by a `Reporter`:
+text (`file:line:column: $.path: message`), one JSON document, or GitHub workflow commands."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from ..errors import SpecIssue
+
+__all__ = ["FileResult", "Reporter", "TextReporter", "JsonReporter", "GitHubReporter", "REPORTERS"]
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """One file's outcome: `status` is "valid", "invalid" or "unreadable"; `issues` says why."""
+
+    file: str
+    status: str
+    issues: tuple[SpecIssue, ...] = ()
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+class Reporter:
+    """Renders a run's results to `stream`; subclasses choose the format."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def report(self, results: Sequence[FileResult]) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def summary(results: Sequence[FileResult]) -> dict[str, int]:
+        statuses = [r.status for r in results]
+        return {
+            "files": len(results),
+            "invalid": statuses.count("invalid"),
+            "unreadable": statuses.count("unreadable"),
+            "problems": sum(len(r.issues) for r in results),
+        }
+
+
+class TextReporter(Reporter):
+    """Every issue as `file:line:column: $.path: message`, then `2 files, 1 invalid, 3 problems`."""
+
+    def report(self, results: Sequence[FileResult]) -> None:
+        for result in results:
+            for issue in result.issues:
+                print(issue.render(), file=self.stream)
+        counts = self.summary(results)
+        parts = [_count(counts["files"], "file"), f"{counts['invalid']} invalid"]
+        if counts["unreadable"]:
+            parts.append(f"{counts['unreadable']} unreadable")
+        parts.append(_count(counts["problems"], "problem"))
+        print(", ".join(parts), file=self.stream)
+
+
+class JsonReporter(Reporter):
+    """One JSON document: `valid`, `summary` counts and per-file `status` with `issues` as dicts."""
+
+    def report(self, results: Sequence[FileResult]) -> None:
+        document = {
+            "valid": all(r.status == "valid" for r in results),
+            "summary": self.summary(results),
+            "files": [
+                {"file": r.file, "status": r.status, "issues": [issue.to_dict() for issue in r.issues]}
+                for r in results
+            ],
+        }
+        print(json.dumps(document, indent=2), file=self.stream)
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+class GitHubReporter(Reporter):
+    """GitHub Actions `::error` workflow commands, one per issue, so each shows on its line in the diff."""
+
+    def report(self, results: Sequence[FileResult]) -> None:
+        for result in results:
+            for issue in result.issues:
+                file = issue.file or result.file
+                where = {"file": file, "line": issue.line, "col": issue.column, "title": "yamltrace"}
+                properties = ",".join(f"{k}={_escape_property(str(v))}" for k, v in where.items() if v is not None)
+                message = _escape_data(f"{issue.json_path}: {issue.message}")
+                print(f"::error {properties}::{message}", file=self.stream)
+
+
+REPORTERS: dict[str, type[Reporter]] = {"text": TextReporter, "json": JsonReporter, "github": GitHubReporter}
