@@ -17,7 +17,7 @@ from torch import nn
 from torch.compiler import is_compiling
 from torch.nn.modules.module import register_module_module_registration_hook
 
-from ._collector import Entry, HookPlan, transform_of
+from ._collector import Entry, HookPlan, entry_of
 from ._recorder import OutputRecorder, normalize_output_map
 
 __all__ = ["HookPlan", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
@@ -191,7 +191,7 @@ def _checks(
 ) -> tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]:
     """For each task whose key is wanted: its recorder's `matches` and the plan entry it adds."""
     return tuple(
-        (recorder.matches, (key, recorder.index, recorder.capture_initial_hidden_state, transform_of(recorder)))
+        (recorder.matches, entry_of(key, recorder))
         for key, recorder in tasks
         if wanted is None or key in wanted
     )

@@ -26,6 +26,7 @@ from ._schema import SCHEMA_ID, validate_spec
 __all__ = ["PatchEntry", "Spec", "load_spec"]
 
 _DEFAULT_LAYERS_KEY = OutputRecorder.__dataclass_fields__["num_hidden_layers_key"].default
+_DEFAULT_SEQ_DIM = OutputRecorder.__dataclass_fields__["seq_dim"].default
 _DTYPE_NAMES = {dtype: name for name, dtype in CAPTURE_DTYPES.items()}
 
 
@@ -122,7 +123,12 @@ def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistr
     if target is not None and recorder == OutputRecorder(target_class=recorder.target_class, index=default_index(key)):
         return target
     data: dict[str, Any] = {"target": target} if target is not None else {"class_name": recorder.class_name}
-    data["index"] = recorder.index
+    if recorder.input is None:
+        data["index"] = recorder.index
+    elif recorder.index != default_index(key):
+        raise ValueError(f"Output {key!r}: a recorder that records an input cannot also set index={recorder.index}.")
+    else:
+        data["input"] = recorder.input
     if recorder.layer_name is not None:
         data["layer_name"] = recorder.layer_name
     if not recorder.capture_initial_hidden_state:
@@ -137,6 +143,10 @@ def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistr
         data["to"] = recorder.to
     if recorder.dtype is not None:
         data["dtype"] = _DTYPE_NAMES[recorder.dtype]
+    if recorder.positions is not None:
+        data["positions"] = recorder.positions if isinstance(recorder.positions, str) else list(recorder.positions)
+    if recorder.seq_dim != _DEFAULT_SEQ_DIM:
+        data["seq_dim"] = recorder.seq_dim
     return data
 
 
@@ -239,6 +249,9 @@ class _Resolver:
                 detach=value.get("detach", False),
                 to=value.get("to"),
                 dtype=value.get("dtype"),
+                input=value.get("input"),
+                positions=value.get("positions"),
+                seq_dim=value.get("seq_dim", _DEFAULT_SEQ_DIM),
             )
         except (TypeError, ValueError) as e:
             self.fail(path, str(e))
