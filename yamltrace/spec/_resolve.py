@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from torch import nn
 
+from .. import specs
 from ..engine import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map
 from ..errors import SpecError, SpecIssue
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument
@@ -283,7 +284,8 @@ def load_spec(
     """Read, validate and resolve a spec; raises one `SpecError` listing every problem, located.
 
     Args:
-        source: a path, YAML text or bytes, a mapping, or a `Spec` (returned as is).
+        source: a path, YAML text or bytes, a mapping, a `Spec` (returned as is), or `"builtin:<name>"`
+            for a spec of the library (`yamltrace.specs.list()`).
         trust_imports: allow importing any module the spec names. Without it, only modules already
             imported, under torch or yamltrace, or under `for_model`'s top-level package are imported.
         for_model: the model class or instance the spec will be applied to; its package becomes an
@@ -294,6 +296,9 @@ def load_spec(
     """
     if isinstance(source, Spec):
         return source
+    if isinstance(source, str) and source.startswith(specs.PREFIX):
+        # A shipped spec (yamltrace's own file): the transformers modules it names may be imported.
+        source, trust_imports = specs.path(source), True
     document = validate_spec(source, max_bytes=max_bytes)
     policy = ImportPolicy.for_model(for_model, trust=trust_imports)
     return _Resolver(document, registry or default_registry, policy, for_model).spec()
