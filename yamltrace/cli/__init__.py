@@ -12,11 +12,12 @@ from collections.abc import Callable
 
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from ._schema import add_schema
+from ._specs import add_specs
 from ._validate import add_validate
 
 __all__ = ["COMMANDS", "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "main"]
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (add_validate, add_schema)
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (add_validate, add_schema, add_specs)
 
 
 def _build_parser() -> argparse.ArgumentParser:
