@@ -2,7 +2,8 @@
 
 Run from the repository root: `python tests/benchmarks/security_figures.py [CASE ...]`. Each case runs in
 a subprocess with a wall-clock limit (`--limit`, default 30 s) and prints
-`case | outcome | seconds | peak RSS MB | message size`. Not part of the test suite: the numbers depend on
+`case | outcome | seconds | peak RSS growth MB | message size` (the growth is the process's peak RSS
+minus its RSS just before the case ran, so torch's own ~220 MB is left out). Not part of the test suite: the numbers depend on
 the machine.
 """
 
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 
-PRELUDE = """
+PRELUDE = r"""
 import os, resource, sys, tempfile, time
 sys.setrecursionlimit(1000)
 from yamltrace.errors import SpecError
@@ -27,6 +28,20 @@ def write(name, text):
     return path
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def status_mb(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
+def recorder_yaml(i):
+    return (f"  k{i}: {{class_name: .layers.{i}.mlp, index: 1, layer_name: layers, detach: true, to: cpu, "
+            f"dtype: float16, num_hidden_layers_key: n_layer, capture_initial_hidden_state: false, layers: [0, 1, -1]}}\n")
+def largest_accepted(budget_nodes=10_000, budget_bytes=256 * 1024):
+    text, i = "yamltrace: 1\noutputs:\n", 0
+    while True:
+        more = recorder_yaml(i)
+        # 5 nodes around the outputs; per recorder: its key and mapping, 2 per field, 3 list items
+        if 5 + (i + 1) * 23 > budget_nodes or len(text) + len(more) > budget_bytes:
+            return text
+        text, i = text + more, i + 1
 """
 
 # Each case: setup code, then a statement whose outcome is measured (`run()`).
@@ -105,7 +120,59 @@ def run(): return validate_spec({"yamltrace": 1, "imports": ["torch\\n"]})
 """,
 }
 
+WORST = {
+    "worst-accepted-recorders": """
+text = largest_accepted()
+def run(): return validate_spec(text)
+""",
+    "worst-accepted-load": """
+text = largest_accepted()
+def run(): return load_spec(text)
+""",
+    "worst-accepted-mapping": """
+import yaml
+data = yaml.safe_load(largest_accepted())
+def run(): return validate_spec(data)
+""",
+    "worst-accepted-patch-keys": """
+from yamltrace.spec._patterns import MAX_PATTERN_CHARS
+key = lambda i: "^(((\\\\w+)+)+)+" + "(a|aa)*" * ((MAX_PATTERN_CHARS - 24) // 7) + f"{i}!$"
+text = "yamltrace: 1\\npatches:\\n" + "".join(f"  '{key(i)}': torch.nn:Identity\\n" for i in range(400))
+def run(): return validate_spec(text)
+""",
+    "refused-3000-unresolved-names": """
+names = "".join(f"  k{i}: NoSuchClass{i}\\n" for i in range(3000))
+text = f"yamltrace: 1\\nimports: [torch.nn, torch.nn.functional, torch]\\noutputs:\\n{names}"
+def run(): return load_spec(text)
+""",
+    "worst-accepted-extends-16": """
+prev = None
+per_file = largest_accepted(10_000 // 16, 256 * 1024 // 16)
+for i in range(16):
+    body = per_file.replace("  k", f"  f{i}k")
+    if prev: body = f"extends: {prev}\\n" + body
+    prev = os.path.basename(write(f"s{i}.yaml", body))
+def run(): return validate_spec(os.path.join(tmp, prev))
+""",
+    "largest-refused-bytes": """
+text = largest_accepted(10**9) + "#" * 2
+text = text + "#" * (256 * 1024 + 1 - len(text.encode()))
+def run(): return validate_spec(text)
+""",
+    "largest-refused-nodes": """
+text = "yamltrace: 1\\nimports: [" + ", ".join(["a"] * 10_000) + "]\\n"
+def run(): return validate_spec(text)
+""",
+    "largest-refused-max-bytes-1mib": """
+text = "yamltrace: 1\\noutputs: {" + ", ".join(f"k{i}: [a, b]" for i in range(60000)) + "}\\n"
+text = text[: (1 << 20) - 10]
+def run(): return validate_spec(text, max_bytes=1 << 20)
+""",
+}
+CASES.update(WORST)
+
 RUNNER = """
+before = status_mb("VmRSS")
 t0 = time.perf_counter()
 try:
     run()
@@ -114,7 +181,7 @@ except SpecError as e:
     outcome, size = "SpecError", len(str(e))
 except BaseException as e:
     outcome, size = type(e).__name__, len(str(e))
-print("RESULT", __import__("json").dumps([outcome, time.perf_counter() - t0, rss_mb(), size]))
+print("RESULT", __import__("json").dumps([outcome, time.perf_counter() - t0, status_mb("VmHWM") - before, size]))
 """
 
 
@@ -128,7 +195,7 @@ def run_case(name: str, limit: float) -> str:
     if not lines:
         return f"{name} | process ended (exit {done.returncode}) | - | - | {done.stderr.strip()[-200:]!r}"
     outcome, seconds, rss, size = json.loads(lines[-1][7:])
-    return f"{name} | {outcome} | {seconds:.3f} | {rss:.0f} | {size}"
+    return f"{name} | {outcome} | {seconds:.3f} | {rss:.1f} | {size}"
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NODES",
     "MAX_MAPPING_KEYS",
+    "MAX_PATCH_KEYS",
     "MAX_LIST_ITEMS",
     "MAX_STRING_CHARS",
     "MAX_INTEGER_DIGITS",
@@ -39,7 +40,8 @@ DEFAULT_MAX_BYTES = 256 * 1024
 MAX_DEPTH = 64
 # YAML nodes (scalars, mappings, lists) in a spec, all the files of an `extends` chain together.
 MAX_NODES = 10_000
-MAX_MAPPING_KEYS = 1_000  # keys of one mapping (outputs, patches, a recorder)
+MAX_MAPPING_KEYS = 1_000  # keys of one mapping (outputs, a recorder)
+MAX_PATCH_KEYS = 128  # keys of `patches` (each is a pattern compiled twice when validated)
 MAX_LIST_ITEMS = 1_000  # items of one list (imports, recorders of a key, layers)
 MAX_STRING_CHARS = 1_000  # characters of one text value or key
 MAX_INTEGER_DIGITS = 18  # digits of one integer (anything longer is no index or layer)
@@ -91,6 +93,10 @@ Issue = Callable[[tuple[str | int, ...], str], None]
 
 def size_issues(data: Any, fail: Issue) -> None:
     """Report every mapping, list, text or integer larger than its limit (`fail(path, message)`)."""
+    patches = data.get("patches") if isinstance(data, Mapping) else None
+    if isinstance(patches, Mapping) and len(patches) > MAX_PATCH_KEYS:
+        fail(("patches",), f"{len(patches)} patch keys are over the limit of {MAX_PATCH_KEYS} (MAX_PATCH_KEYS)")
+        return
     stack: list[tuple[tuple[str | int, ...], Any]] = [((), data)]
     while stack:
         path, value = stack.pop()
