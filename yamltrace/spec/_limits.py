@@ -120,8 +120,34 @@ def size_issues(data: Any, fail: Issue) -> None:
             fail(path, f"an integer of more than {MAX_INTEGER_DIGITS} digits is over the limit (MAX_INTEGER_DIGITS)")
 
 
+_MAIN_MESSAGE = "names a __main__ module: importing it runs a program; a spec may import only library modules"
+
+
+def _main_module(reference: Any) -> bool:
+    return isinstance(reference, str) and "__main__" in re.split(r"[.:]", reference)
+
+
+def main_module_issues(data: Mapping[str, Any], fail: Issue) -> None:
+    """Module names and class references under a `__main__` module (found without importing anything)."""
+    imports = data.get("imports")
+    for i, name in enumerate(imports if isinstance(imports, list) else ()):
+        if _main_module(name):
+            fail(("imports", i), f"{name!r} {_MAIN_MESSAGE}")
+    if _main_module(data.get("model")):
+        fail(("model",), f"{data['model']!r} {_MAIN_MESSAGE}")
+    for section, field in (("outputs", "target"), ("patches", "replace_with")):
+        entries = data.get(section)
+        for key, value in entries.items() if isinstance(entries, Mapping) else ():
+            for i, item in enumerate(value) if isinstance(value, list) else [(None, value)]:
+                path = (section, key) if i is None else (section, key, i)
+                reference = item.get(field) if isinstance(item, Mapping) else item
+                if _main_module(reference):
+                    fail((*path, field) if isinstance(item, Mapping) else path, f"{reference!r} {_MAIN_MESSAGE}")
+
+
 def recorder_issues(data: Mapping[str, Any], fail: Issue) -> None:
     """Output keys and recorder fields that would load but break capture (reserved keys, config keys, indices)."""
+    main_module_issues(data, fail)
     outputs = data.get("outputs")
     if not isinstance(outputs, Mapping):
         return
