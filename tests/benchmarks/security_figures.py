@@ -2,7 +2,7 @@
 
 Run from the repository root: `python tests/benchmarks/security_figures.py [CASE ...]`. Each case runs in
 a subprocess with a wall-clock limit (`--limit`, default 30 s) and prints
-`case | outcome | seconds | peak RSS growth MB | message size` (the growth is the process's peak RSS
+`case | outcome | wall s | CPU s | peak RSS growth MB | message size` (the growth is the process's peak RSS
 minus its RSS just before the case ran, so torch's own ~220 MB is left out). Not part of the test suite: the numbers depend on
 the machine.
 """
@@ -34,7 +34,8 @@ def status_mb(field):
 def recorder_yaml(i):
     return (f"  k{i}: {{class_name: .layers.{i}.mlp, index: 1, layer_name: layers, detach: true, to: cpu, "
             f"dtype: float16, num_hidden_layers_key: n_layer, capture_initial_hidden_state: false, layers: [0, 1, -1]}}\n")
-def largest_accepted(budget_nodes=10_000, budget_bytes=256 * 1024):
+from yamltrace.spec._limits import DEFAULT_MAX_BYTES, MAX_NODES
+def largest_accepted(budget_nodes=MAX_NODES, budget_bytes=DEFAULT_MAX_BYTES):
     text, i = "yamltrace: 1\noutputs:\n", 0
     while True:
         more = recorder_yaml(i)
@@ -137,7 +138,7 @@ def run(): return validate_spec(data)
     "worst-accepted-patch-keys": """
 from yamltrace.spec._patterns import MAX_PATTERN_CHARS
 key = lambda i: "^(((\\\\w+)+)+)+" + "(a|aa)*" * ((MAX_PATTERN_CHARS - 24) // 7) + f"{i}!$"
-text = "yamltrace: 1\\npatches:\\n" + "".join(f"  '{key(i)}': torch.nn:Identity\\n" for i in range(400))
+text = "yamltrace: 1\\npatches:\\n" + "".join(f"  '{key(i)}': torch.nn:Identity\\n" for i in range(128))
 def run(): return validate_spec(text)
 """,
     "refused-3000-unresolved-names": """
@@ -147,7 +148,7 @@ def run(): return load_spec(text)
 """,
     "worst-accepted-extends-16": """
 prev = None
-per_file = largest_accepted(10_000 // 16, 256 * 1024 // 16)
+per_file = largest_accepted(MAX_NODES // 16, DEFAULT_MAX_BYTES // 16)
 for i in range(16):
     body = per_file.replace("  k", f"  f{i}k")
     if prev: body = f"extends: {prev}\\n" + body
@@ -160,7 +161,7 @@ text = text + "#" * (256 * 1024 + 1 - len(text.encode()))
 def run(): return validate_spec(text)
 """,
     "largest-refused-nodes": """
-text = "yamltrace: 1\\nimports: [" + ", ".join(["a"] * 10_000) + "]\\n"
+text = "yamltrace: 1\\nimports: [" + ", ".join(["a"] * MAX_NODES) + "]\\n"
 def run(): return validate_spec(text)
 """,
     "largest-refused-max-bytes-1mib": """
@@ -173,7 +174,7 @@ CASES.update(WORST)
 
 RUNNER = """
 before = status_mb("VmRSS")
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 try:
     run()
     outcome, size = "accepted", 0
@@ -181,7 +182,7 @@ except SpecError as e:
     outcome, size = "SpecError", len(str(e))
 except BaseException as e:
     outcome, size = type(e).__name__, len(str(e))
-print("RESULT", __import__("json").dumps([outcome, time.perf_counter() - t0, status_mb("VmHWM") - before, size]))
+print("RESULT", __import__("json").dumps([outcome, time.perf_counter() - t0, time.process_time() - c0, status_mb("VmHWM") - before, size]))
 """
 
 
@@ -194,8 +195,8 @@ def run_case(name: str, limit: float) -> str:
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
         return f"{name} | process ended (exit {done.returncode}) | - | - | {done.stderr.strip()[-200:]!r}"
-    outcome, seconds, rss, size = json.loads(lines[-1][7:])
-    return f"{name} | {outcome} | {seconds:.3f} | {rss:.1f} | {size}"
+    outcome, seconds, cpu, rss, size = json.loads(lines[-1][7:])
+    return f"{name} | {outcome} | {seconds:.3f} | {cpu:.3f} | {rss:.1f} | {size}"
 
 
 def main() -> None:

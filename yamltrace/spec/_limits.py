@@ -39,7 +39,7 @@ DEFAULT_MAX_BYTES = 256 * 1024
 # Nesting a spec needs is about 5 levels; the cap keeps composing far from the recursion limit.
 MAX_DEPTH = 64
 # YAML nodes (scalars, mappings, lists) in a spec, all the files of an `extends` chain together.
-MAX_NODES = 10_000
+MAX_NODES = 8_000
 MAX_MAPPING_KEYS = 1_000  # keys of one mapping (outputs, a recorder)
 MAX_PATCH_KEYS = 128  # keys of `patches` (each is a pattern compiled twice when validated)
 MAX_LIST_ITEMS = 1_000  # items of one list (imports, recorders of a key, layers)
