@@ -20,7 +20,7 @@ PACKAGE = Path(yamltrace.__file__).parent
 # layer or lower ones, never a higher one.
 LAYERS = [
     ("yamltrace.errors", "yamltrace._lazy", "yamltrace.specs"),
-    ("yamltrace.spec._yaml", "yamltrace.spec._reader", "yamltrace.spec._schema", "yamltrace.spec._registry", "yamltrace.spec"),
+    ("yamltrace.spec._limits", "yamltrace.spec._patterns", "yamltrace.spec._yaml", "yamltrace.spec._reader", "yamltrace.spec._schema", "yamltrace.spec._registry", "yamltrace.spec"),
     ("yamltrace.engine.", "yamltrace.engine"),
     ("yamltrace.spec._resolve", "yamltrace.spec._export"),
     ("yamltrace.capture", "yamltrace.tracing"),

@@ -19,10 +19,10 @@ from torch import nn
 
 from .. import specs
 from ..engine import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map
-from ..errors import SpecError, SpecIssue
+from ..errors import MAX_ISSUES, SpecError, SpecIssue
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument
 from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
-from ._schema import SCHEMA_ID, validate_spec
+from ._schema import SCHEMA_ID, checked_document
 
 __all__ = ["PatchEntry", "Spec", "load_spec"]
 
@@ -175,6 +175,7 @@ class _Resolver:
                 policy=self.policy,
                 model_module=None if self.model_cls is None else self.model_cls.__module__,
                 subclass_of=nn.Module,
+                hints=len(self.issues) < MAX_ISSUES,
             )
         except SpecError as e:
             for issue in e.issues:
@@ -259,11 +260,7 @@ class _Resolver:
             return None
 
     def patch(self, pattern: str, value: str | dict[str, Any]) -> PatchEntry | None:
-        """One patch entry: the pattern must compile, the replacement must be an nn.Module subclass."""
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            self.fail(("patches", pattern), f"{pattern!r} is not a valid regular expression: {e}.", at_key=True)
+        """One patch entry: the replacement must be an nn.Module subclass (patterns are checked with the schema)."""
         replace_with = value if isinstance(value, str) else value["replace_with"]
         path = ("patches", pattern) if isinstance(value, str) else ("patches", pattern, "replace_with")
         replacement = self.resolve(replace_with, path)
@@ -299,6 +296,8 @@ def load_spec(
     if isinstance(source, str) and source.startswith(specs.PREFIX):
         # A shipped spec (yamltrace's own file): the transformers modules it names may be imported.
         source, trust_imports = specs.path(source), True
-    document = validate_spec(source, max_bytes=max_bytes)
+    document, issues = checked_document(source, max_bytes=max_bytes)
     policy = ImportPolicy.for_model(for_model, trust=trust_imports)
-    return _Resolver(document, registry or default_registry, policy, for_model).spec()
+    resolver = _Resolver(document, registry or default_registry, policy, for_model)
+    resolver.issues.extend(issues)  # reserved keys, recorder fields, patch keys: reported with the rest
+    return resolver.spec()
