@@ -42,6 +42,8 @@ class OutputRecorder:
         to: record captured tensors moved to this device (`"cpu"`, `"cuda:0"`, ...).
         dtype: record captured tensors cast to this floating dtype (a `torch.dtype` or its name in
             `CAPTURE_DTYPES`, stored as the `torch.dtype`).
+        optional: the modules it hooks exist only in some configurations (cross-attention, an
+            optional tower): matching no module is not an error for a strict `trace`.
 
     Without `detach`, `to` and `dtype`, a capture is the very tensor the module returned (a reference,
     no copy); each option applies to tensors only, after `layers` selection.
@@ -57,6 +59,7 @@ class OutputRecorder:
     detach: bool = False
     to: str | None = None
     dtype: torch.dtype | None = None
+    optional: bool = False
 
     def __post_init__(self) -> None:
         if self.target_class is None and self.class_name is None:
@@ -70,8 +73,9 @@ class OutputRecorder:
             if not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
                 raise TypeError(f"OutputRecorder.layers must be a sequence of ints, got {self.layers!r}.")
             object.__setattr__(self, "layers", layers)
-        if not isinstance(self.detach, bool):
-            raise TypeError(f"OutputRecorder.detach must be a bool, got {self.detach!r}.")
+        for flag in ("detach", "optional"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"OutputRecorder.{flag} must be a bool, got {getattr(self, flag)!r}.")
         if self.to is not None:
             object.__setattr__(self, "to", _device_name(self.to))
         if self.dtype is not None:
