@@ -25,7 +25,7 @@ from .engine import OutputRecorder, scope_modules
 from .errors import SpecError, SpecIssue
 from .spec import PatchEntry, Spec
 
-__all__ = ["check_recorders", "check_patches", "retarget_to_patches", "warn_no_tensor", "dead_hints"]
+__all__ = ["check_recorders", "check_patches", "patch_targets", "retarget_to_patches", "warn_no_tensor", "dead_hints"]
 
 
 def _closest(word: str, choices: Iterable[str]) -> list[str]:
@@ -37,6 +37,13 @@ def dead_hints(recorder: OutputRecorder, modules: list[tuple[str, nn.Module]]) -
     if recorder.target_class is not None:
         close = _closest(recorder.target_class.__name__, (type(m).__name__ for _, m in modules))
         return f"; closest classes: {', '.join(close)}" if close else ""
+    name = (recorder.class_name or "").strip(".")
+    classed = [p for p, m in modules if type(m).__name__ == name]
+    if classed:
+        return (
+            f"; {name} is the class of {classed[0]}{' and others' if len(classed) > 1 else ''}: a class_name (a plain "
+            f"string in a dict spec) is a module path suffix; to hook by class, write {{target: {name}}} (the class)"
+        )
     suffixes = {"." + ".".join(p.split(".")[-n:]) for p, _ in modules if p for n in (1, 2)}
     close = _closest(recorder.class_name or "", suffixes)
     return f"; closest module paths: {', '.join(close)}" if close else ""
@@ -110,6 +117,16 @@ def _entry_for(name: str, patches: tuple[PatchEntry, ...]) -> PatchEntry | None:
         except re.error:
             continue
     return None
+
+
+def patch_targets(model: nn.Module, spec: Spec) -> list[tuple[PatchEntry, list[str]]]:
+    """For each patch entry, the paths of the modules whose class it selects (as patch_model would)."""
+    targets: dict[int, list[str]] = {id(entry): [] for entry in spec.patches}
+    for path, module in model.named_modules():
+        entry = _entry_for(type(module).__name__, spec.patches)
+        if entry is not None:
+            targets[id(entry)].append(path or "<root>")
+    return [(entry, targets[id(entry)]) for entry in spec.patches]
 
 
 def _device_type(model: nn.Module) -> str:

@@ -65,10 +65,11 @@ def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
     model_cls = cls_or_model if isinstance(cls_or_model, type) else type(cls_or_model)
     model = cls_or_model if isinstance(cls_or_model, nn.Module) else _on_meta(model_cls)
     if model is None:
-        if not _own_map(model_cls):
+        # Without an instance only a decorated class's own map is known to be what trace captures.
+        if decorator_tie_last(model_cls) is None or not _own_map(model_cls):
             raise ValueError(
-                f"{model_cls.__name__} declares no _can_record_outputs and cannot be built from its default config to "
-                "find the models it holds; pass an instance: spec_from_model(model)."
+                f"{model_cls.__name__} cannot be built from its default config on the meta device, and its forward "
+                "has no capture decorator, so the models it holds are unknown; pass an instance: spec_from_model(model)."
             )
         return Spec(outputs=_own_map(model_cls), options=_options(model_cls), model=model_cls.__name__)
     scopes = decorated_paths(model) or [""]
