@@ -66,7 +66,12 @@ def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
     model = cls_or_model if isinstance(cls_or_model, nn.Module) else _on_meta(model_cls)
     if model is None:
         # Without an instance only a decorated class's own map is known to be what trace captures.
-        if decorator_tie_last(model_cls) is None or not _own_map(model_cls):
+        if not _own_map(model_cls):
+            raise ValueError(
+                f"{model_cls.__name__} declares no _can_record_outputs, so there is no spec to export (if it holds "
+                "models that do, pass an instance: spec_from_model(model))."
+            )
+        if decorator_tie_last(model_cls) is None:
             raise ValueError(
                 f"{model_cls.__name__} cannot be built from its default config on the meta device, and its forward "
                 "has no capture decorator, so the models it holds are unknown; pass an instance: spec_from_model(model)."
