@@ -146,8 +146,9 @@ def _resolve(model: nn.Module, spec: Any, strict: bool) -> tuple[list[_Scope], S
         attached = getattr(model, "yamltrace_spec", None)
         if attached is None:
             return _model_scopes(model), None
-        # from_pretrained set the attached spec's top-level map on the instance, retargeted to patched classes.
-        return _spec_scopes(model, attached, normalized_tasks(_map_of(model)), strict=False), None
+        # from_pretrained set the attached spec's top-level map on the instance, retargeted to patched
+        # classes, and applied its patches: its scopes are retargeted the same way here.
+        return _spec_scopes(model, retarget_to_patches(attached), normalized_tasks(_map_of(model)), strict=False), None
     if isinstance(spec, (str, os.PathLike)):
         spec = load_spec(spec, for_model=model)
     elif isinstance(spec, Mapping) and not isinstance(spec, Spec):

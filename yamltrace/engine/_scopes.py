@@ -10,6 +10,7 @@ submodules are scopes and tie points, and how the captures of several scopes are
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 
 from torch import nn
@@ -22,7 +23,19 @@ __all__ = ["decorated_paths", "is_under", "outermost", "tie_points", "exposed_na
 def decorated_paths(model: nn.Module) -> list[str]:
     """Dotted paths ("" for the root) of the modules whose forward carries a capture decorator
     (yamltrace's or transformers' `capture_outputs`), in `named_modules` order."""
-    return [path for path, module in model.named_modules() if decorator_tie_last(module) is not None]
+    return [path for path, module in model.named_modules() if _is_decorated(type(module))]
+
+
+def _is_decorated(cls: type) -> bool:
+    """Whether the class's forward carries a capture decorator (memoised per class: a class's forward
+    is not expected to change; a class whose forward an instance overrides is read from the class)."""
+    decorated = _DECORATED.get(cls)
+    if decorated is None:
+        decorated = _DECORATED[cls] = decorator_tie_last(cls) is not None
+    return decorated
+
+
+_DECORATED: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 
 
 def is_under(path: str, scope: str) -> bool:
