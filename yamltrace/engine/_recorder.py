@@ -50,6 +50,8 @@ class OutputRecorder:
             list) or a slice text such as `"-8:"` (a `slice` is stored as its text). Only the kept
             positions are retained: the selection is copied out of the module's tensor.
         seq_dim: the sequence dimension `positions` selects along (default 1: `[batch, seq, ...]`).
+        optional: the modules it hooks exist only in some configurations (cross-attention, an
+            optional tower): matching no module is not an error for a strict `trace`.
 
     Without `detach`, `to`, `dtype` and `positions`, a capture is the very tensor the module returned
     (a reference, no copy); each option applies to tensors only, after `layers` selection.
@@ -68,6 +70,7 @@ class OutputRecorder:
     input: int | str | None = None
     positions: tuple[int, ...] | str | None = None
     seq_dim: int = 1
+    optional: bool = False
 
     def __post_init__(self) -> None:
         if self.target_class is None and self.class_name is None:
@@ -81,8 +84,9 @@ class OutputRecorder:
             if not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
                 raise TypeError(f"OutputRecorder.layers must be a sequence of ints, got {self.layers!r}.")
             object.__setattr__(self, "layers", layers)
-        if not isinstance(self.detach, bool):
-            raise TypeError(f"OutputRecorder.detach must be a bool, got {self.detach!r}.")
+        for flag in ("detach", "optional"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"OutputRecorder.{flag} must be a bool, got {getattr(self, flag)!r}.")
         if self.to is not None:
             object.__setattr__(self, "to", _device_name(self.to))
         if self.dtype is not None:

@@ -24,7 +24,7 @@ from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_,
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "MERGED_SECTIONS", "Location", "SpecDocument", "read_spec_document"]
 
 # Top-level sections that `extends` merges per key; every other key is replaced by the extending file.
-MERGED_SECTIONS = ("outputs", "options", "patches")
+MERGED_SECTIONS = ("outputs", "options", "patches", "scopes")
 
 
 @dataclass(frozen=True)
