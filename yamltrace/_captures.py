@@ -1,0 +1,119 @@
+"""`Captures`: what a `trace` block captured, as a read-only mapping, with steps and module paths."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from .errors import did_you_mean
+
+__all__ = ["Captures"]
+
+
+class Captures(Mapping[str, tuple]):
+    """Read-only mapping `key -> tuple` of what a `trace` block captured, all steps concatenated.
+
+    `steps` holds one read-only mapping per finished call of the traced module, in call order. Each
+    value knows the module it came from: `paths(key)` lists their dotted paths beside `self[key]`,
+    `by_path(key)` maps path -> value, and `stack(key)` stacks a key's tensors into one.
+    """
+
+    def __init__(self, lists: dict[str, list[Any]], ends: list[tuple[int, ...]], paths: dict[str, list[str]]) -> None:
+        # The trace's flat lists (values, and the path of each), and where each finished step ends in
+        # them (a step in progress or one that failed is not visible). All are only ever changed in
+        # place by the trace's hooks.
+        self._keys = tuple(lists)
+        self._lists = lists
+        self._paths = paths
+        self._ends = ends
+
+    @property
+    def steps(self) -> tuple[Mapping[str, tuple], ...]:
+        views, start = [], (0,) * len(self._keys)
+        for end in self._ends:
+            views.append(MappingProxyType({k: tuple(self._lists[k][a:b]) for k, a, b in zip(self._keys, start, end)}))
+            start = end
+        return tuple(views)
+
+    def _span(self, key: str, step: int | None) -> tuple[int, int]:
+        """Where `key`'s values of `step` (all steps when None) lie in the flat lists."""
+        if key not in self._keys:
+            raise KeyError(f"{key!r} was not traced; traced keys: {list(self._keys)}{did_you_mean(key, self._keys)}")
+        column = self._keys.index(key)
+        if step is None:
+            return 0, self._ends[-1][column] if self._ends else 0
+        count = len(self._ends)
+        if not -count <= step < count:
+            raise IndexError(f"step {step} out of range: the trace has {count} finished step(s).")
+        step %= count
+        return (self._ends[step - 1][column] if step else 0), self._ends[step][column]
+
+    def __getitem__(self, key: str) -> tuple:
+        start, end = self._span(key, None)
+        return tuple(self._lists[key][start:end])
+
+    def paths(self, key: str, *, step: int | None = None) -> tuple[str, ...]:
+        """The module path of each value of `self[key]` (of one step's values with `step`), in order.
+
+        A path is the module's name in `model.named_modules()` (`""` for the traced module itself);
+        the initial hidden state, which is the input of the first hooked module, reads `<path>:input`.
+        """
+        start, end = self._span(key, step)
+        return tuple(path[1:] if path.startswith(".") else path for path in self._paths[key][start:end])
+
+    def by_path(self, key: str, *, step: int | None = None) -> dict[str, Any]:
+        """`{module path: value}` for one key, in capture order; values left out (`None`) are omitted.
+
+        With several steps, pass `step` (an index into `steps`). A module that ran more than once in
+        the step (a shared layer) has no single value: that raises ValueError; use `self[key]` and
+        `paths(key)` then.
+        """
+        step = self._only_step(key, step, "by_path")
+        start, end = self._span(key, step)
+        found: dict[str, Any] = {}
+        for path, value in zip(self.paths(key, step=step), self._lists[key][start:end]):
+            if value is None:
+                continue
+            if path in found:
+                raise ValueError(
+                    f"by_path({key!r}): module {path or '<root>'} produced more than one value in this step "
+                    f"(a module called more than once); use captures[{key!r}] with captures.paths({key!r})."
+                )
+            found[path] = value
+        return found
+
+    def stack(self, key: str, *, step: int | None = None) -> Any:
+        """The key's tensors (of one step: pass `step` when there are several) stacked into one tensor
+        `[n_values, ...]`, values left out (`None`) skipped; ValueError naming each shape if they differ."""
+        found = self.by_path(key, step=step)
+        tensors = list(found.values())
+        if not tensors:
+            raise ValueError(f"stack({key!r}): nothing was captured for {key!r}.")
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            kinds = sorted({type(t).__name__ for t in tensors if not isinstance(t, torch.Tensor)})
+            raise ValueError(f"stack({key!r}): the captured values are not all tensors (found {', '.join(kinds)}).")
+        shapes = {tuple(t.shape) for t in tensors}
+        if len(shapes) > 1:
+            listed = "; ".join(f"{path or '<root>'}: {tuple(t.shape)}" for path, t in found.items())
+            raise ValueError(f"stack({key!r}): the captured tensors differ in shape ({listed}).")
+        return torch.stack(tensors)
+
+    def _only_step(self, key: str, step: int | None, method: str) -> int | None:
+        if step is None and len(self._ends) > 1:
+            raise ValueError(
+                f"{method}({key!r}): the trace has {len(self._ends)} steps; pass step=i (an index into captures.steps)."
+            )
+        return step
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}: {len(self[k])}" for k in self._keys)
+        return f"Captures({len(self._ends)} step(s); {counts})"
