@@ -11,12 +11,13 @@ import argparse
 from collections.abc import Callable
 
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from ._extract import add_extract
 from ._schema import add_schema
 from ._validate import add_validate
 
 __all__ = ["COMMANDS", "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "main"]
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (add_validate, add_schema)
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (add_validate, add_schema, add_extract)
 
 
 def _build_parser() -> argparse.ArgumentParser:

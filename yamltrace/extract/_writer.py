@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import os
 import queue
+import struct
 import threading
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ._index import BATCHES_FIELD, RUN_FIELD, fsync_directory, shard_name, temporary_name
+from ._index import BATCHES_FIELD, RUN_FIELD, dtype_code, fsync_directory, shard_name, temporary_name
 
-__all__ = ["ShardWriter"]
+__all__ = ["ShardWriter", "write_safetensors"]
 
 _DONE = object()
 
@@ -109,17 +110,41 @@ class ShardWriter:
             self._drain()
 
     def _write(self, buffered: list[tuple[int, int, dict[str, torch.Tensor]]]) -> None:
-        from safetensors.torch import save_file
-
-        names = buffered[0][2]
-        tensors = {name: torch.cat([item[2][name] for item in buffered]) for name in names}
         metadata = {RUN_FIELD: self.run, BATCHES_FIELD: json.dumps([[batch, rows] for batch, rows, _ in buffered])}
         temporary = self.directory / temporary_name(self.rank, self.seq)
         final = self.directory / shard_name(self.rank, self.seq)
-        save_file(tensors, str(temporary), metadata=metadata)
-        with open(temporary, "rb+") as f:
-            os.fsync(f.fileno())
+        write_safetensors(temporary, [item[2] for item in buffered], metadata)
         os.replace(temporary, final)
         fsync_directory(self.directory)
         self.written.append(final)
         self.seq += 1
+
+
+def write_safetensors(path: Path, pieces: list[dict[str, torch.Tensor]], metadata: dict[str, str]) -> None:
+    """Write the row-wise concatenation of `pieces` (each `{name: tensor}`, same names) as one
+    safetensors file, flushed to disk.
+
+    The file is the safetensors format (an 8-byte little-endian header length, a JSON header naming
+    each tensor's dtype, shape and byte range, then the bytes), written piece by piece: no tensor is
+    concatenated in memory first, so writing a shard needs no second copy of it.
+    """
+    names = list(pieces[0])
+    header: dict[str, Any] = {"__metadata__": metadata}
+    offset = 0
+    for name in names:
+        first = pieces[0][name]
+        rows = sum(piece[name].shape[0] for piece in pieces)
+        size = sum(piece[name].numel() * piece[name].element_size() for piece in pieces)
+        header[name] = {"dtype": dtype_code(first.dtype), "shape": [rows, *first.shape[1:]], "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the format pads the header to 8 bytes with spaces
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(encoded)))
+        f.write(encoded)
+        for name in names:
+            for piece in pieces:
+                tensor = piece[name].contiguous()
+                f.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+        f.flush()
+        os.fsync(f.fileno())
