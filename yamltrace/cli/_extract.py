@@ -199,7 +199,7 @@ def add_extract(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-length", type=_positive, required=True, metavar="N", help="pad or truncate every text to N tokens")
     parser.add_argument("--batch-size", type=_positive, default=8, metavar="B", help="texts per forward (default: 8)")
     parser.add_argument("--out", required=True, metavar="DIR", help="the output folder")
-    parser.add_argument("--shard-mb", type=_positive, default=512, metavar="MB", help="close a shard past this many MiB (default: 512)")
+    parser.add_argument("--shard-mb", type=_positive, default=256, metavar="MB", help="close a shard past this many MiB (default: 256; memory holds about 3 shards)")
     parser.add_argument("--no-resume", action="store_true", help="refuse a folder that already holds an extraction (default: continue it)")
     parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
     parser.set_defaults(run=_run_extract)

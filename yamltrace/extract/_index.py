@@ -47,7 +47,7 @@ INDEX_FILE = "index.json"
 FORMAT = "yamltrace-activations"
 FORMAT_VERSION = 1
 _SHARD = re.compile(r"shard-r(\d{3,})-(\d{5,})\.safetensors")
-RUN_FIELD, BATCHES_FIELD = "yamltrace.run", "yamltrace.batches"
+RUN_FIELD, BATCHES_FIELD, KEYS_FIELD = "yamltrace.run", "yamltrace.batches", "yamltrace.keys"
 
 
 # safetensors' dtype codes, as its headers write them.
@@ -102,7 +102,7 @@ class ShardInfo:
     seq: int
     run: str
     batches: tuple[tuple[int, int], ...]
-    tensors: Mapping[str, tuple[tuple[int, ...], str]]  # name -> (shape, safetensors dtype)
+    tensors: Mapping[str, tuple[tuple[int, ...], str]]  # name -> (shape, safetensors dtype), in stored order
 
     @property
     def rows(self) -> int:
@@ -116,7 +116,7 @@ def _read_shard(path: Path, rank: int, seq: int) -> ShardInfo:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
             tensors = {}
-            for name in f.keys():
+            for name in json.loads(metadata[KEYS_FIELD]):
                 piece = f.get_slice(name)
                 tensors[name] = (tuple(piece.get_shape()), piece.get_dtype())
         batches = tuple((int(b), int(r)) for b, r in json.loads(metadata[BATCHES_FIELD]))

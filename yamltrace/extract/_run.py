@@ -37,7 +37,7 @@ from ._writer import ShardWriter
 
 __all__ = ["extract", "DEFAULT_SHARD_BYTES", "DEFAULT_INPUTS"]
 
-DEFAULT_SHARD_BYTES = 512 * 2**20
+DEFAULT_SHARD_BYTES = 256 * 2**20
 DEFAULT_INPUTS = ("input_ids", "attention_mask")
 
 
@@ -152,7 +152,7 @@ def _layout(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, .
 def _check_layout(layout: dict, expected: dict, index: int) -> None:
     if layout == expected:
         return
-    for name in sorted(set(layout) | set(expected)):
+    for name in [*expected, *(name for name in layout if name not in expected)]:
         if layout.get(name) != expected.get(name):
             got, want = layout.get(name), expected.get(name)
             raise ExtractError(
@@ -224,7 +224,7 @@ def extract(
     resume: bool = True,
     inputs: Sequence[str] = DEFAULT_INPUTS,
     data: Mapping[str, Any] | None = None,
-    max_pending: int = 4,
+    max_pending: int = 1,
 ) -> Activations:
     """Run `model` over `batches` under `trace(model, spec)` and write every capture to `out_dir`.
 
@@ -245,7 +245,8 @@ def extract(
         inputs: model inputs (batch dict entries) stored beside the captures when present.
         data: a description of the input (file, tokenizer, ...) recorded in the index; part of what
             makes two runs the same run for `resume`.
-        max_pending: batches waiting for the writer before the model loop waits for it.
+        max_pending: full shards waiting for the writer before the model loop waits for it. Memory
+            holds about `(max_pending + 2) * shard_bytes` of captures at most.
 
     Returns the finished extraction, opened with `open_activations`.
     """

@@ -1,9 +1,12 @@
-"""`ShardWriter`: a background thread that gathers batches into shards and makes each visible atomically.
+"""`ShardWriter`: a background thread that writes shards and makes each visible atomically.
 
-The model loop hands each batch's CPU tensors to `put`, which blocks while `max_pending` batches are
-already waiting: memory is bounded by one shard being filled plus those batches, however long the
-dataset. A shard is written to a hidden temporary file, flushed to disk, then renamed to its final
-name, so a crash at any moment leaves only whole shards behind. A batch never spans two shards.
+The model loop hands each batch's CPU tensors to `put`, which gathers them into a shard (a batch
+never spans two shards) and, once the shard holds `shard_bytes`, queues it for the writer thread.
+The queue holds at most `max_pending` shards and `put` waits while it is full, so memory is bounded
+by about `(max_pending + 2) * shard_bytes` (one shard filling, the queued ones, one being written),
+however long the dataset. Handing over whole shards wakes the thread once per shard, not per batch.
+A shard is written to a hidden temporary file, flushed to disk, then renamed to its final name, so a
+crash at any moment leaves only whole shards behind.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from typing import Any
 
 import torch
 
-from ._index import BATCHES_FIELD, RUN_FIELD, dtype_code, fsync_directory, shard_name, temporary_name
+from ._index import BATCHES_FIELD, KEYS_FIELD, RUN_FIELD, dtype_code, fsync_directory, shard_name, temporary_name
 
 __all__ = ["ShardWriter", "write_safetensors"]
 
 _DONE = object()
+_Item = tuple[int, int, dict[str, torch.Tensor]]  # (batch index, rows, {name: tensor})
 
 
 class ShardWriter:
@@ -30,42 +34,55 @@ class ShardWriter:
 
     Shards are named for `rank`, numbered from `first_seq`; each records `run` (the run's fingerprint)
     and its batches in its safetensors metadata. `close()` writes the last, partial shard; `abort()`
-    drops what is buffered, so a failed run leaves exactly the shards a resume will keep.
+    drops what is not written yet, so a failed run leaves exactly the shards a resume will keep.
     """
 
-    def __init__(self, directory: Path, *, rank: int, first_seq: int, shard_bytes: int, run: str, max_pending: int = 4) -> None:
+    def __init__(self, directory: Path, *, rank: int, first_seq: int, shard_bytes: int, run: str, max_pending: int = 1) -> None:
         self.directory = directory
         self.rank = rank
         self.seq = first_seq
         self.shard_bytes = shard_bytes
         self.run = run
         self.written: list[Path] = []
+        self._filling: list[_Item] = []
+        self._size = 0
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
-        self._stop = threading.Event()  # set by abort: drop the buffer instead of writing it
+        self._stop = threading.Event()  # set by abort: drop queued shards instead of writing them
         self._thread = threading.Thread(target=self._work, name=f"yamltrace-shard-writer-{rank}", daemon=True)
         self._thread.start()
 
     def put(self, batch: int, rows: int, tensors: dict[str, torch.Tensor]) -> None:
-        """Queue one batch's tensors (rows along dimension 0); blocks while the queue is full."""
-        while True:
-            self._raise_if_failed()
-            try:
-                self._queue.put((batch, rows, tensors), timeout=0.1)
-                return
-            except queue.Full:
-                continue
+        """Add one batch's tensors (rows along dimension 0); waits while `max_pending` shards are queued."""
+        self._raise_if_failed()
+        self._filling.append((batch, rows, tensors))
+        self._size += sum(t.numel() * t.element_size() for t in tensors.values())
+        if self._size >= self.shard_bytes:
+            self._hand_over()
 
     def close(self) -> list[Path]:
-        """Write what is buffered as the last shard, wait for the thread; returns the shards written."""
+        """Write what is left as the last shard, wait for the thread; returns the shards written."""
+        if self._filling:
+            self._hand_over()
         self._finish()
         self._raise_if_failed()
         return self.written
 
     def abort(self) -> None:
-        """Stop without writing the buffered batches (their shard would end at another batch than a full run's)."""
+        """Stop without writing what is not written yet (its shard would end at another batch than a full run's)."""
         self._stop.set()
+        self._filling = []
         self._finish()
+
+    def _hand_over(self) -> None:
+        shard, self._filling, self._size = self._filling, [], 0
+        while True:
+            self._raise_if_failed()
+            try:
+                self._queue.put(shard, timeout=0.1)
+                return
+            except queue.Full:
+                continue
 
     def _finish(self) -> None:
         while self._thread.is_alive():
@@ -89,28 +106,23 @@ class ShardWriter:
             raise RuntimeError(f"writing activation shards to {self.directory} failed: {self._error}") from self._error
 
     def _work(self) -> None:
-        buffered: list[tuple[int, int, dict[str, torch.Tensor]]] = []
-        size = 0
         try:
             while True:
-                item = self._queue.get()
-                if item is _DONE:
-                    if buffered and not self._stop.is_set():
-                        self._write(buffered)
+                shard = self._queue.get()
+                if shard is _DONE:
                     return
-                if self._stop.is_set():
-                    continue
-                buffered.append(item)
-                size += sum(t.numel() * t.element_size() for t in item[2].values())
-                if size >= self.shard_bytes:
-                    self._write(buffered)
-                    buffered, size = [], 0
+                if not self._stop.is_set():
+                    self._write(shard)
         except BaseException as e:  # reported to the model loop by put/close
             self._error = e
             self._drain()
 
-    def _write(self, buffered: list[tuple[int, int, dict[str, torch.Tensor]]]) -> None:
-        metadata = {RUN_FIELD: self.run, BATCHES_FIELD: json.dumps([[batch, rows] for batch, rows, _ in buffered])}
+    def _write(self, buffered: list[_Item]) -> None:
+        metadata = {
+            RUN_FIELD: self.run,
+            BATCHES_FIELD: json.dumps([[batch, rows] for batch, rows, _ in buffered]),
+            KEYS_FIELD: json.dumps(list(buffered[0][2])),  # safetensors lists names sorted; this keeps capture order
+        }
         temporary = self.directory / temporary_name(self.rank, self.seq)
         final = self.directory / shard_name(self.rank, self.seq)
         write_safetensors(temporary, [item[2] for item in buffered], metadata)

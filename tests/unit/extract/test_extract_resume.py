@@ -97,7 +97,7 @@ def test_a_failing_writer_stops_the_run_with_its_error(model, batches, tmp_path:
 
 
 def test_memory_is_bounded_by_the_queue(model, tmp_path: Path) -> None:
-    """While the writer is stuck, the model loop stops after `max_pending` queued batches."""
+    """While the writer is stuck, the model loop stops once `max_pending` shards are queued."""
     import threading
 
     release = threading.Event()
@@ -123,7 +123,7 @@ def test_memory_is_bounded_by_the_queue(model, tmp_path: Path) -> None:
                 break
             time.sleep(0.1)
         time.sleep(0.5)
-        # one batch in the writer's hands, two queued, one waiting to be queued; no more is built
+        # (one batch per shard) one shard in the writer's hands, two queued, one waiting; no more is built
         assert len(built) == 4
     finally:
         release.set()
