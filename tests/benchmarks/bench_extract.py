@@ -48,7 +48,7 @@ def _batches(count: int, batch: int, seq: int):
 
 @pytest.mark.parametrize(("name", "config", "batch", "seq", "count"), CASES, ids=[c[0] for c in CASES])
 def test_extract_throughput_against_a_plain_forward_loop(name: str, config: dict, batch: int, seq: int, count: int) -> None:
-    from yamltrace.extract import extract
+    from yamltrace.extraction import extract
 
     torch.set_num_threads(1)
     model, spec = _model_and_spec(config)
@@ -89,7 +89,7 @@ CHILD = """
 import json, resource, sys, torch
 sys.path.insert(0, sys.argv[1])
 from bench_extract import _batches, _model_and_spec
-from yamltrace.extract import extract
+from yamltrace.extraction import extract
 torch.set_num_threads(1)
 config = dict(vocab_size=128, hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4)
 model, spec = _model_and_spec(config)

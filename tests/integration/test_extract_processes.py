@@ -16,7 +16,7 @@ from helpers_extract import TEXTS, tiny_tokenizer
 
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig
-from yamltrace.extract import open_activations
+from yamltrace.extraction import open_activations
 
 pytestmark = pytest.mark.slow
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -54,7 +54,7 @@ def test_two_processes_store_the_rows_of_one(argv: list[str], tmp_path: Path) ->
 CRASHING = """
 import os, sys, torch
 from yamltrace.examples.tiny import TinyConfig, TinyModel
-from yamltrace.extract import extract
+from yamltrace.extraction import extract
 torch.manual_seed(0)
 model = TinyModel(TinyConfig()).eval()
 def batches():
@@ -68,7 +68,7 @@ extract(model, "specs/tiny.yaml", batches(), sys.argv[1], shard_bytes=30_000, pr
 
 def test_a_killed_process_leaves_whole_shards_and_resume_finishes_the_run(tmp_path: Path) -> None:
     from yamltrace.examples.tiny import TinyModel
-    from yamltrace.extract import extract
+    from yamltrace.extraction import extract
 
     command = [sys.executable, "-c", CRASHING, str(tmp_path / "resumed")]
     assert subprocess.run(command, capture_output=True, timeout=120, cwd=ROOT, env=ENV).returncode == 3

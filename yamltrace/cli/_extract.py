@@ -107,7 +107,7 @@ def _spec(argument: str | None, model: Any, trust_imports: bool) -> Any:
 
 
 def _texts(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    from ..extract._data import open_dataset, open_texts
+    from ..extraction._data import open_dataset, open_texts
 
     if args.data is not None:
         if args.split is not None:
@@ -132,8 +132,8 @@ def _init_distributed(device: str) -> bool:
 def _run_extract(args: argparse.Namespace) -> int:
     joined = False
     try:
-        from ..extract import extract
-        from ..extract._data import TokenizedBatches, load_tokenizer
+        from ..extraction import extract
+        from ..extraction._data import TokenizedBatches, load_tokenizer
 
         texts, source = _texts(args)
         tokenizer = load_tokenizer(args.tokenizer)

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 import yamltrace
 from yamltrace import OutputRecorder
 from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyMLP
-from yamltrace.extract import ExtractError, extract, open_activations
+from yamltrace.extraction import ExtractError, extract, open_activations
 
 TINY = ROOT / "specs" / "tiny.yaml"
 
@@ -149,3 +149,10 @@ def test_a_capture_without_one_row_per_batch_row_is_an_error(tmp_path: Path) -> 
 def test_opening_an_unfinished_directory_says_so(model, batches, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="is not a finished yamltrace extraction"):
         open_activations(tmp_path)
+
+
+def test_the_public_names_are_the_functions() -> None:
+    import yamltrace.extraction
+
+    assert yamltrace.extract is extract and yamltrace.open_activations is open_activations
+    assert yamltrace.extraction.extract is extract

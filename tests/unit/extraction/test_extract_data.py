@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from helpers_extract import TEXTS, tiny_tokenizer
 
-from yamltrace.extract import ExtractError
-from yamltrace.extract._data import TokenizedBatches, load_tokenizer, open_texts
+from yamltrace.extraction import ExtractError
+from yamltrace.extraction._data import TokenizedBatches, load_tokenizer, open_texts
 
 
 def jsonl(path: Path, rows: list) -> Path:

@@ -13,9 +13,9 @@ from helpers_extract import TEXTS, tiny_tokenizer
 
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig, TinyModel
-from yamltrace.extract import extract, open_activations
-from yamltrace.extract._data import TokenizedBatches, load_tokenizer, open_texts
-from yamltrace.extract._progress import Progress
+from yamltrace.extraction import extract, open_activations
+from yamltrace.extraction._data import TokenizedBatches, load_tokenizer, open_texts
+from yamltrace.extraction._progress import Progress
 
 SPEC = str(ROOT / "specs" / "tiny-last-layers.yaml")
 MODEL = "yamltrace.examples.tiny:TinyModel"

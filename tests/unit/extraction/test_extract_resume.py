@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import ROOT
 
-import yamltrace.extract._writer as writer_module
-from yamltrace.extract import ExtractError, extract
+import yamltrace.extraction._writer as writer_module
+from yamltrace.extraction import ExtractError, extract
 
 TINY = ROOT / "specs" / "tiny.yaml"
 SHARD = 30_000  # two batches of the fixture (about 19 kB each) per shard
