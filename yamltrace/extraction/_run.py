@@ -98,6 +98,9 @@ class _Schedule:
 
 
 def _rows_of(batch: Any) -> int:
+    """Rows of a batch: dimension 0 of its `input_ids`, else of its first tensor."""
+    if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
+        return batch["input_ids"].shape[0]
     values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (tuple, list)) else [batch]
     for value in values:
         if isinstance(value, torch.Tensor) and value.dim() > 0:
