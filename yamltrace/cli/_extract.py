@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +97,7 @@ def _spec(argument: str | None, model: Any, trust_imports: bool) -> Any:
     from ..spec import load_spec
 
     if argument.startswith(BUILTIN):
-        if importlib.util.find_spec("yamltrace.specs") is None:
+        if not resources.files("yamltrace").joinpath("specs", "__init__.py").is_file():
             raise _Usage(
                 f"--spec {argument}: this version of yamltrace ships no builtin specs yet; pass a spec file "
                 "(--spec FILE), or leave --spec out to use the model's own."

@@ -11,6 +11,7 @@ import torch
 from helpers import ROOT
 from helpers_extract import TEXTS, tiny_tokenizer
 
+import yamltrace
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig, TinyModel
 from yamltrace.extraction import extract, open_activations
@@ -91,7 +92,6 @@ def test_an_unknown_key_fails_before_any_shard(inputs, capsys) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (["--spec", "builtin:llama"], "--spec builtin:llama: this version of yamltrace ships no builtin specs yet"),
         (["--model", "yamltrace.examples.tiny"], "write it as package.module:ClassName"),
         (["--model", "yamltrace.examples.tiny:Nope"], "yamltrace.examples.tiny has no Nope"),
         (["--split", "train"], "--split goes with --dataset"),
@@ -105,6 +105,19 @@ def test_usage_errors(inputs, capsys, change: list[str], message: str) -> None:
         argv += change
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_builtin_specs_are_read_from_the_library_when_it_ships(inputs, capsys) -> None:
+    argv = command(inputs)
+    argv[argv.index("--spec") + 1] = "builtin:no-such-spec"
+    if (Path(yamltrace.__file__).parent / "specs" / "__init__.py").is_file():
+        assert main(argv) == 1  # the library's own error for an unknown name
+        assert "no-such-spec" in capsys.readouterr().err
+    else:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "--spec builtin:no-such-spec: this version of yamltrace ships no builtin specs yet" in err
+    assert not inputs["out"].exists()
 
 
 def test_progress_on_a_terminal_redraws_one_line_with_an_eta() -> None:
