@@ -44,6 +44,9 @@ _EXPORTS = {
     # checkpoints
     "from_pretrained": ".checkpoint",
     "save_pretrained": ".checkpoint",
+    # extraction at scale
+    "extract": ".extraction",
+    "open_activations": ".extraction",
     # the transformers-compatible model base (also in yamltrace.modeling)
     "ModelOutput": ".modeling",
     "PreTrainedModel": ".modeling",
@@ -65,6 +68,7 @@ if TYPE_CHECKING:
     from .capture import capture_outputs
     from .checkpoint import from_pretrained, save_pretrained
     from .engine import OutputRecorder
+    from .extraction import extract, open_activations
     from .errors import CaptureError, PatchError, PatchProblem, SpecError, SpecIssue, YamltraceError
     from .modeling import ModelOutput, PreTrainedModel, merge_with_config_defaults
     from .patch import (

@@ -1,0 +1,205 @@
+"""`yamltrace extract`: a dataset's activations to sharded safetensors, on one process or under torchrun.
+
+The input is checked in full (file, text field, tokenizer, spec keys) before the model runs, so a bad
+row is reported, with its line, before any shard is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import YamltraceError
+from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+
+__all__ = ["add_extract"]
+
+BUILTIN = "builtin:"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
+class _Usage(Exception):
+    """A combination of arguments that cannot work (exit status 2)."""
+
+
+def _import_class(reference: str) -> type:
+    """`pkg.module:Class` -> the class (importing the module: naming it on the command line is consent)."""
+    module_name, sep, qualname = reference.partition(":")
+    if not sep or not module_name or not qualname:
+        raise _Usage(f"--model {reference!r}: write it as package.module:ClassName.")
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise _Usage(f"--model {reference!r}: cannot import {module_name} ({e}).") from e
+    for part in qualname.split("."):
+        if not hasattr(value, part):
+            raise _Usage(f"--model {reference!r}: {module_name} has no {qualname}.")
+        value = getattr(value, part)
+    if not isinstance(value, type):
+        raise _Usage(f"--model {reference!r} is not a class.")
+    return value
+
+
+def _device(requested: str) -> str:
+    """The device for this process: `cuda` becomes `cuda:<LOCAL_RANK>` under torchrun."""
+    if requested == "cuda" and "LOCAL_RANK" in os.environ:
+        return f"cuda:{os.environ['LOCAL_RANK']}"
+    return requested
+
+
+def _load_model(args: argparse.Namespace) -> Any:
+    import torch
+
+    if args.checkpoint is not None:
+        from ..checkpoint import from_pretrained
+        from ..checkpoint._load import is_yamltrace_model
+
+        if args.config is not None:
+            raise _Usage("--config goes with --model (a model built from a config), not with --checkpoint.")
+        if args.model is not None:
+            cls = _import_class(args.model)
+        else:
+            from transformers import AutoModel
+
+            cls = AutoModel
+        extra = {} if is_yamltrace_model(cls) else {"local_files_only": True}
+        model = from_pretrained(cls, args.checkpoint, trust_imports=args.trust_imports, **extra)
+    else:
+        if args.model is None or args.config is None:
+            raise _Usage("give --checkpoint DIR, or --model package.module:Class with --config FILE.")
+        cls = _import_class(args.model)
+        config_class = getattr(cls, "config_class", None)
+        if config_class is None:
+            raise _Usage(f"--model {args.model}: the class has no config_class to read --config with.")
+        load = getattr(config_class, "load", None) or config_class.from_json_file
+        torch.manual_seed(args.seed)
+        model = cls(load(args.config))
+    return model.eval().to(_device(args.device))
+
+
+def _spec(argument: str | None, model: Any, trust_imports: bool) -> Any:
+    if argument is None:
+        return None
+    from ..spec import load_spec
+
+    if argument.startswith(BUILTIN):
+        if not resources.files("yamltrace").joinpath("specs", "__init__.py").is_file():
+            raise _Usage(
+                f"--spec {argument}: this version of yamltrace ships no builtin specs yet; pass a spec file "
+                "(--spec FILE), or leave --spec out to use the model's own."
+            )
+        return load_spec(argument, for_model=model, trust_imports=trust_imports)
+    return load_spec(Path(argument), for_model=model, trust_imports=trust_imports)
+
+
+def _texts(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    from ..extraction._data import open_dataset, open_texts
+
+    if args.data is not None:
+        if args.split is not None:
+            raise _Usage("--split goes with --dataset, not with --data.")
+        source = {"data": str(args.data), "bytes": Path(args.data).stat().st_size if Path(args.data).is_file() else None}
+        return open_texts(args.data, args.text_field), source
+    if args.split is None:
+        raise _Usage("--dataset needs --split (for example --split train).")
+    return open_dataset(args.dataset, args.split, args.text_field), {"dataset": args.dataset, "split": args.split}
+
+
+def _init_distributed(device: str) -> bool:
+    """Join the process group torchrun describes (gloo on CPU, nccl on CUDA); False when not launched so."""
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return False
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    return True
+
+
+def _run_extract(args: argparse.Namespace) -> int:
+    joined = False
+    try:
+        from ..extraction import extract
+        from ..extraction._data import TokenizedBatches, load_tokenizer
+
+        texts, source = _texts(args)
+        tokenizer = load_tokenizer(args.tokenizer)
+        batches = TokenizedBatches(texts, tokenizer, batch_size=args.batch_size, max_length=args.max_length)
+        model = _load_model(args)
+        spec = _spec(args.spec, model, args.trust_imports)
+        joined = _init_distributed(_device(args.device))
+        source.update(
+            text_field=args.text_field, tokenizer=str(args.tokenizer), max_length=args.max_length, batch_size=args.batch_size
+        )
+        acts = extract(
+            model,
+            spec,
+            batches,
+            args.out,
+            outputs=args.outputs,
+            shard_bytes=args.shard_mb * 2**20,
+            progress=not args.quiet,
+            resume=not args.no_resume,
+            data=source,
+        )
+    except _Usage as e:
+        print(f"yamltrace extract: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (YamltraceError, KeyError, FileNotFoundError, ValueError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"yamltrace extract: error: {message}", file=sys.stderr)
+        return EXIT_INVALID
+    finally:
+        if joined:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+    if not args.quiet:
+        print(f"wrote {len(acts)} rows of {', '.join(acts.keys())} in {len(acts.index['shards'])} shard(s) to {args.out}")
+    return EXIT_OK
+
+
+def add_extract(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "extract",
+        help="run a model over a dataset and write its captures to sharded safetensors",
+        description="Tokenise a text dataset, run the model over it under the spec's capture and write every "
+        "captured tensor to OUT/shard-*.safetensors with OUT/index.json (read them with "
+        "yamltrace.open_activations). Under torchrun, each process runs a share of the batches. "
+        "Exit status: 0 done, 1 bad input, 2 a usage error.",
+    )
+    model = parser.add_argument_group("model (--checkpoint DIR, or --model with --config)")
+    model.add_argument("--checkpoint", metavar="DIR", help="a checkpoint folder (yamltrace.yaml in it is the spec)")
+    model.add_argument("--model", metavar="PKG.MOD:CLASS", help="the model class (imported); with --checkpoint, the class to load it as")
+    model.add_argument("--config", metavar="FILE", help="a config JSON file to build --model from (random weights, --seed)")
+    model.add_argument("--seed", type=int, default=0, help="random seed for a model built from --config (default: 0)")
+    model.add_argument("--device", default="cpu", help="cpu, cuda (cuda:LOCAL_RANK under torchrun) or cuda:N (default: cpu)")
+    parser.add_argument("--spec", metavar="FILE|builtin:NAME", help="what to capture (default: the checkpoint's or the model's own)")
+    parser.add_argument("--outputs", nargs="+", metavar="KEY", help="capture only these keys of the spec")
+    parser.add_argument("--trust-imports", action="store_true", help="allow the spec (and checkpoint spec) to import modules")
+    data = parser.add_argument_group("data (--data FILE, or --dataset NAME --split S)").add_mutually_exclusive_group(required=True)
+    data.add_argument("--data", metavar="FILE", help=".jsonl (one object per line), .txt (one text per line) or .parquet (needs pyarrow)")
+    data.add_argument("--dataset", metavar="NAME", help="a dataset name for datasets.load_dataset (needs the datasets package)")
+    parser.add_argument("--split", metavar="S", help="the --dataset split (train, validation, ...)")
+    parser.add_argument("--text-field", default="text", metavar="NAME", help="the field or column holding the text (default: text)")
+    parser.add_argument("--tokenizer", required=True, metavar="DIR", help="a folder a transformers tokenizer was saved to")
+    parser.add_argument("--max-length", type=_positive, required=True, metavar="N", help="pad or truncate every text to N tokens")
+    parser.add_argument("--batch-size", type=_positive, default=8, metavar="B", help="texts per forward (default: 8)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="the output folder")
+    parser.add_argument("--shard-mb", type=_positive, default=256, metavar="MB", help="close a shard past this many MiB (default: 256; memory holds about 3 shards)")
+    parser.add_argument("--no-resume", action="store_true", help="refuse a folder that already holds an extraction (default: continue it)")
+    parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    parser.set_defaults(run=_run_extract)

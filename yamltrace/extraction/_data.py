@@ -1,0 +1,185 @@
+"""Texts in, batches out: read `.jsonl`, `.txt`, `.parquet` or a `datasets` dataset, tokenise in batches.
+
+Every row is checked when the input is opened (the field is there and is text, the input is not
+empty), so a bad row is an error, with its line, before any activation is written. `.jsonl` and `.txt`
+files are then read by byte offset as batches are built, so the texts are never all in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._index import ExtractError
+
+__all__ = ["open_texts", "open_dataset", "load_tokenizer", "TokenizedBatches"]
+
+_MAX_LISTED = 10  # problems listed in one error; the rest are counted
+
+
+def _fail(source: str, problems: list[str], count: int) -> None:
+    more = f"\n  ... and {count - len(problems)} more" if count > len(problems) else ""
+    raise ExtractError(f"{source}: {count} bad row(s):\n  " + "\n  ".join(problems) + more)
+
+
+class _FileRows(Sequence[str]):
+    """The rows of a text file, found by one checking pass and read back by byte offset on demand."""
+
+    def __init__(self, path: Path, text_field: str | None) -> None:
+        self.path, self.text_field = path, text_field
+        self._offsets, self._lengths = array("q"), array("q")
+        problems: list[str] = []
+        count = 0
+        with open(path, "rb") as f:
+            offset = 0
+            for number, raw in enumerate(f, 1):
+                line = raw.rstrip(b"\r\n")
+                if line.strip():
+                    problem = self._check(line, number)
+                    if problem is None:
+                        self._offsets.append(offset)
+                        self._lengths.append(len(line))
+                    else:
+                        count += 1
+                        if len(problems) < _MAX_LISTED:
+                            problems.append(problem)
+                offset += len(raw)
+        if count:
+            _fail(str(path), problems, count)
+        if not self._offsets:
+            raise ExtractError(f"{path}: the file holds no rows (it is empty or blank); nothing to extract.")
+
+    def _check(self, line: bytes, number: int) -> str | None:
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return f"line {number}: not UTF-8 ({e.reason} at byte {e.start})"
+        if self.text_field is None:
+            return None
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as e:
+            return f"line {number}: not JSON ({e.msg}, column {e.colno})"
+        if not isinstance(row, dict):
+            return f"line {number}: a JSON {type(row).__name__}, not an object with a {self.text_field!r} field"
+        if self.text_field not in row:
+            fields = ", ".join(sorted(row)) or "none"
+            return f"line {number}: no field {self.text_field!r} (fields: {fields}); choose one with --text-field"
+        if not isinstance(row[self.text_field], str):
+            return f"line {number}: field {self.text_field!r} is {type(row[self.text_field]).__name__}, not text"
+        return None
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        with open(self.path, "rb") as f:
+            f.seek(self._offsets[i])
+            text = f.read(self._lengths[i]).decode("utf-8")
+        return text if self.text_field is None else json.loads(text)[self.text_field]
+
+
+class _ColumnRows(Sequence[str]):
+    """One text column of a table (a pyarrow column or a `datasets` dataset), row by row."""
+
+    def __init__(self, get: Any, length: int) -> None:
+        self._get, self._length = get, length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return self._get(i)
+
+
+def _parquet_rows(path: Path, text_field: str) -> Sequence[str]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ExtractError(f"{path}: reading .parquet needs pyarrow (pip install pyarrow), or convert it to .jsonl.") from None
+    names = pq.read_schema(path).names
+    if text_field not in names:
+        raise ExtractError(f"{path}: no column {text_field!r} (columns: {', '.join(names)}); choose one with --text-field.")
+    column = pq.read_table(path, columns=[text_field]).column(text_field)
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise ExtractError(f"{path}: column {text_field!r} holds {column.type}, not text.")
+    if column.null_count:
+        raise ExtractError(f"{path}: column {text_field!r} has {column.null_count} empty (null) row(s).")
+    if len(column) == 0:
+        raise ExtractError(f"{path}: the table holds no rows; nothing to extract.")
+    return _ColumnRows(lambda i: column[i].as_py(), len(column))
+
+
+def open_texts(path: str | os.PathLike[str], text_field: str = "text") -> Sequence[str]:
+    """The texts of a `.jsonl` file (field `text_field` of each line), a `.txt` file (each non-blank
+    line) or a `.parquet` file (column `text_field`, needs pyarrow); every row checked now."""
+    path = Path(path)
+    if not path.is_file():
+        raise ExtractError(f"{path}: no such file.")
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return _FileRows(path, text_field)
+    if suffix == ".txt":
+        return _FileRows(path, None)
+    if suffix == ".parquet":
+        return _parquet_rows(path, text_field)
+    raise ExtractError(f"{path}: unknown data format {suffix or '(no suffix)'!r}; use .jsonl, .txt or .parquet.")
+
+
+def open_dataset(name: str, split: str, text_field: str = "text") -> Sequence[str]:
+    """Column `text_field` of split `split` of a `datasets` dataset (the optional `datasets` package)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ExtractError("--dataset needs the datasets package (pip install datasets); or pass --data FILE.") from None
+    dataset = datasets.load_dataset(name, split=split)
+    if text_field not in dataset.column_names:
+        raise ExtractError(
+            f"dataset {name!r} ({split}): no column {text_field!r} (columns: {', '.join(dataset.column_names)}); "
+            "choose one with --text-field."
+        )
+    feature = dataset.features[text_field]
+    if getattr(feature, "dtype", None) not in ("string", "large_string"):
+        raise ExtractError(f"dataset {name!r} ({split}): column {text_field!r} holds {feature}, not text.")
+    if len(dataset) == 0:
+        raise ExtractError(f"dataset {name!r} ({split}) holds no rows; nothing to extract.")
+    return _ColumnRows(lambda i: dataset[i][text_field], len(dataset))
+
+
+def load_tokenizer(directory: str | os.PathLike[str]) -> Any:
+    """A transformers tokenizer saved in `directory` (never downloaded); padding uses EOS if it has no pad token."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ExtractError(f"--tokenizer {directory}: not a directory; pass a folder a tokenizer was saved to.")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ExtractError(f"the tokenizer in {directory} has neither a pad token nor an EOS token to pad with; set one.")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+class TokenizedBatches(Sequence[dict]):
+    """Batches of `batch_size` texts, tokenised when asked for (so each rank builds only its own),
+    padded and truncated to `max_length` so that every batch gives rows of one shape."""
+
+    def __init__(self, texts: Sequence[str], tokenizer: Any, *, batch_size: int, max_length: int) -> None:
+        self.texts, self.tokenizer = texts, tokenizer
+        self.batch_size, self.max_length = batch_size, max_length
+
+    def __len__(self) -> int:
+        return -(-len(self.texts) // self.batch_size)
+
+    def __getitem__(self, i: int) -> dict:  # type: ignore[override]
+        if not 0 <= i < len(self):
+            raise IndexError(f"batch {i} of {len(self)}")
+        rows = [self.texts[j] for j in range(i * self.batch_size, min(len(self.texts), (i + 1) * self.batch_size))]
+        encoded = self.tokenizer(rows, padding="max_length", truncation=True, max_length=self.max_length, return_tensors="pt")
+        return dict(encoded)

@@ -1,0 +1,302 @@
+"""`extract`: run a model over batches under `trace` and stream every capture to sharded safetensors.
+
+One process or many: under `torch.distributed` (for example `torchrun`), batch `i` belongs to rank
+`i % world_size`; each rank writes its own shards, and rank 0 writes `index.json` once all have
+finished, listing every batch in input order. So 1 and N processes store the same rows, read back in
+the same order. Everything is checked on the first batch, before any shard is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..spec import Spec, load_spec, spec_from_model
+from ..tracing import trace
+from ._index import (
+    INDEX_FILE,
+    ExtractError,
+    build_index,
+    dtype_code,
+    fingerprint,
+    read_shards,
+    temporary_name,
+    tensor_name,
+    write_json_atomically,
+)
+from ._progress import Progress
+from ._reader import Activations, open_activations
+from ._writer import ShardWriter
+
+__all__ = ["extract", "DEFAULT_SHARD_BYTES", "DEFAULT_INPUTS"]
+
+DEFAULT_SHARD_BYTES = 256 * 2**20
+DEFAULT_INPUTS = ("input_ids", "attention_mask")
+
+
+def _spec_text(model: nn.Module, spec: Any) -> str:
+    """The spec as YAML for the index (`repr` when it names a class no YAML can import)."""
+    if spec is None:
+        spec = getattr(model, "yamltrace_spec", None) or spec_from_model(model)
+    elif not isinstance(spec, Spec):
+        spec = Spec(outputs=spec)
+    try:
+        return spec.to_yaml()
+    except ValueError:
+        return repr(spec)
+
+
+def _config_hash(model: nn.Module) -> str | None:
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    data = config.to_dict() if callable(getattr(config, "to_dict", None)) else vars(config)
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class _Schedule:
+    """This rank's batches `(index, batch)`: every `world`-th one from `rank`, less those already done.
+
+    A `Sequence` is indexed, so other ranks' batches (and finished ones) are never built; any other
+    iterable is walked in full. `count` is the number of batches in the input once iterated.
+    """
+
+    def __init__(self, batches: Iterable[Any], rank: int, world: int, done: int) -> None:
+        self.batches, self.rank, self.world, self.done = batches, rank, world, done
+        self.count = len(batches) if isinstance(batches, Sequence) else None
+
+    def total(self) -> int | None:
+        """How many batches this rank runs, when the input has a length."""
+        if self.count is None:
+            return None
+        return len(range(self.rank, self.count, self.world))
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        if isinstance(self.batches, Sequence):
+            for i in range(self.rank + self.done * self.world, len(self.batches), self.world):
+                yield i, self.batches[i]
+            return
+        count = 0
+        for i, batch in enumerate(self.batches):
+            count = i + 1
+            if i % self.world == self.rank and i // self.world >= self.done:
+                yield i, batch
+        self.count = count
+
+
+def _rows_of(batch: Any) -> int:
+    """Rows of a batch: dimension 0 of its `input_ids`, else of its first tensor."""
+    if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
+        return batch["input_ids"].shape[0]
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (tuple, list)) else [batch]
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return value.shape[0]
+    raise ExtractError(f"a batch must hold a tensor whose dimension 0 is rows; got {type(batch).__name__}.")
+
+
+def _to(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, Mapping):
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(v.to(device) if isinstance(v, torch.Tensor) else v for v in batch)
+    return batch.to(device) if isinstance(batch, torch.Tensor) else batch
+
+
+def _capture(model: nn.Module, spec: Any, outputs: Any, batch: Any, inputs: Sequence[str], index: int) -> dict[str, torch.Tensor]:
+    """One batch's captures as `{tensor name: CPU tensor [rows, ...]}`, plus the kept model inputs."""
+    rows = _rows_of(batch)
+    with trace(model, spec, outputs=outputs) as captured:
+        if isinstance(batch, Mapping):
+            model(**batch)
+        elif isinstance(batch, (tuple, list)):
+            model(*batch)
+        else:
+            model(batch)
+    tensors: dict[str, torch.Tensor] = {}
+    for key in captured:
+        for layer, value in enumerate(captured[key]):
+            if value is None:
+                continue
+            name = tensor_name(key, layer)
+            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != rows:
+                what = f"shape {list(value.shape)}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+                raise ExtractError(
+                    f"batch {index}: {name} is {what}, not a tensor with one row per batch row ({rows}); extract "
+                    "stores tensors whose dimension 0 is the batch."
+                )
+            tensors[name] = value.detach().to("cpu")
+    if isinstance(batch, Mapping):
+        for name in inputs:
+            if isinstance(batch.get(name), torch.Tensor):
+                if name in captured:
+                    raise ExtractError(f"the spec's key {name!r} has the name of a model input kept beside it; rename the key.")
+                tensors[name] = batch[name].detach().to("cpu")
+    return tensors
+
+
+def _layout(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], str]]:
+    return {name: (tuple(t.shape[1:]), dtype_code(t.dtype)) for name, t in tensors.items()}
+
+
+def _check_layout(layout: dict, expected: dict, index: int) -> None:
+    if layout == expected:
+        return
+    for name in [*expected, *(name for name in layout if name not in expected)]:
+        if layout.get(name) != expected.get(name):
+            got, want = layout.get(name), expected.get(name)
+            raise ExtractError(
+                f"batch {index}: {name} has rows {list(got[0]) if got else 'missing'}"
+                f"{f' ({got[1]})' if got else ''}, but earlier batches had {list(want[0]) if want else 'none'}"
+                f"{f' ({want[1]})' if want else ''}. Every batch must give rows of one shape: pad to one length "
+                "(the command line pads to --max-length)."
+            )
+
+
+def _previous_run(directory: Path, rank: int, world: int, run: str, resume: bool) -> tuple[int, int, dict | None]:
+    """(shards, batches) this rank finished in an earlier run, and their layout; removes stale temporaries."""
+    shards = read_shards(directory)
+    foreign = [s.path.name for s in shards if s.run != run]
+    if foreign:
+        raise ExtractError(
+            f"{directory} holds shards of another run ({', '.join(foreign[:3])}): a different spec, model, data, "
+            "shard size or number of processes. Use an empty directory, or remove those shards."
+        )
+    mine = [s for s in shards if s.rank == rank]
+    if not resume and (mine or (directory / INDEX_FILE).exists()):
+        raise ExtractError(f"{directory} already holds an extraction; pass resume=True to continue it, or use an empty directory.")
+    batches = [b for shard in mine for b, _ in shard.batches]
+    if [s.seq for s in mine] != list(range(len(mine))) or batches != list(range(rank, rank + world * len(batches), world)):
+        raise ExtractError(f"{directory}: rank {rank}'s shards are not a run's first batches in order; use an empty directory.")
+    stale = temporary_name(rank, 0).rpartition("-")[0]  # a crash can leave this rank's temporary behind
+    for entry in os.scandir(directory):
+        if entry.name.startswith(stale) and entry.name.endswith(".tmp"):
+            os.remove(entry.path)
+    layout = {name: (shape[1:], dtype) for name, (shape, dtype) in mine[0].tensors.items()} if mine else None
+    return len(mine), len(batches), layout
+
+
+def _finish(directory: Path, run: dict[str, Any], count: int, rank: int, world: int) -> None:
+    """Rank 0 writes the index once every rank's shards are in; the others learn whether it succeeded."""
+    error: list[str | None] = [None]
+    if world > 1:
+        torch.distributed.barrier()
+    if rank == 0:
+        try:
+            index = build_index(directory, run, count)
+            index["versions"] = {"yamltrace": _version(), "torch": torch.__version__}
+            write_json_atomically(directory / INDEX_FILE, index)
+        except ExtractError as e:
+            error[0] = str(e)
+            if world == 1:
+                raise
+    if world > 1:
+        torch.distributed.broadcast_object_list(error, src=0)
+        if error[0] is not None:
+            raise ExtractError(f"rank 0 could not write the index: {error[0]}")
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def extract(
+    model: nn.Module,
+    spec: Any,
+    batches: Iterable[Any],
+    out_dir: str | os.PathLike[str],
+    *,
+    outputs: Any = None,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    progress: bool = True,
+    resume: bool = True,
+    inputs: Sequence[str] = DEFAULT_INPUTS,
+    data: Mapping[str, Any] | None = None,
+    max_pending: int = 1,
+) -> Activations:
+    """Run `model` over `batches` under `trace(model, spec)` and write every capture to `out_dir`.
+
+    Args:
+        model: any `nn.Module` (put it in eval mode first); it runs under `torch.inference_mode()`.
+        spec: what to capture, as `trace` takes it (a `Spec`, a spec file, a capture dict, or `None`
+            for the model's own spec). Recorder `layers` and `dtype` decide what is stored.
+        batches: an iterable of batches: a dict of keyword arguments, a tuple of positional ones, or a
+            tensor. Dimension 0 of every captured tensor is the batch (one stored row per batch row);
+            every batch must give rows of one shape. Under `torch.distributed`, every rank passes the
+            same batches and runs its share; a `Sequence` is indexed, so other ranks' batches are not built.
+        out_dir: the directory of `shard-*.safetensors` files and `index.json` (created if needed).
+        outputs: the keys to capture (default: every key of the spec).
+        shard_bytes: a shard is closed once it holds this many bytes (a batch never spans two shards).
+        progress: report progress on stderr (rank 0 only).
+        resume: continue a run interrupted in `out_dir` after its last finished shard; with `False`,
+            a directory that already holds an extraction is an error.
+        inputs: model inputs (batch dict entries) stored beside the captures when present.
+        data: a description of the input (file, tokenizer, ...) recorded in the index; part of what
+            makes two runs the same run for `resume`.
+        max_pending: full shards waiting for the writer before the model loop waits for it. Memory
+            holds about `(max_pending + 2) * shard_bytes` of captures at most.
+
+    Returns the finished extraction, opened with `open_activations`.
+    """
+    if not isinstance(shard_bytes, int) or shard_bytes < 1:
+        raise ValueError(f"shard_bytes must be a positive number of bytes, got {shard_bytes!r}.")
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    rank, world = _world()
+    if isinstance(spec, (str, os.PathLike)):
+        spec = load_spec(spec, for_model=model)
+    with trace(model, spec, outputs=outputs):  # an unknown key or a spec that does not apply fails here
+        pass
+    run = {
+        "spec": _spec_text(model, spec),
+        "outputs": None if outputs is None else list([outputs] if isinstance(outputs, str) else outputs),
+        "model": {"class": f"{type(model).__module__}:{type(model).__qualname__}", "config_sha256": _config_hash(model)},
+        "inputs": list(inputs),
+        "data": dict(data) if data is not None else None,
+        "world_size": world,
+        "shard_bytes": shard_bytes,
+    }
+    run_id = fingerprint(run)
+    first_seq, done, expected = _previous_run(directory, rank, world, run_id, resume)
+    schedule = _Schedule(batches, rank, world, done)
+    reporter = Progress(schedule.total()) if progress and rank == 0 else None
+    if reporter is not None:
+        reporter.skipped(done)
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    writer = ShardWriter(directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending)
+    try:
+        with torch.inference_mode():
+            for index, batch in schedule:
+                tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index)
+                layout = _layout(tensors)
+                expected = expected or layout
+                _check_layout(layout, expected, index)
+                rows = _rows_of(batch)
+                writer.put(index, rows, tensors)
+                if reporter is not None:
+                    reporter.update(1, rows)
+        if not schedule.count:
+            raise ExtractError("the input holds no batches; nothing to extract.")
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    if reporter is not None:
+        reporter.finish()
+    _finish(directory, run, schedule.count, rank, world)
+    return open_activations(directory)
