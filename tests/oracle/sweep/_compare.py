@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._configs import tiny_config
+from ._configs import LEVELS, tiny_config
 from ._enumerate import Target
 from ._inputs import build_inputs
 from ._redecorate import redecorate
@@ -42,6 +42,7 @@ class Built:
     inputs: dict[str, torch.Tensor]
     keys: list[str]
     expected: dict[str, Any]
+    level: str = "small"
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Result:
     name: str
     status: str
     reason: str = ""
+    level: str = ""  # the shrinking level the model was built at
     keys: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # map keys the model's own output does not return
     variants: dict[str, str] = field(default_factory=dict)  # variant -> "equal" | "differs: ..." | "error: ..."
@@ -83,10 +85,20 @@ def _field(output: Any, key: str) -> Any:
 
 
 def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]) -> dict[str, Any]:
+    """The model's own output with every flag on: key -> its value (None when not returned at the top);
+    under `NESTED`, the fields of the output that hold a nested output carrying one of the keys."""
     torch.manual_seed(SEED)
     with torch.no_grad():
         output = model(**inputs, **flags(keys))
-    return {key: _field(output, key) for key in keys}
+    found = {key: _field(output, key) for key in keys}
+    found[NESTED] = [
+        name for name in (output.keys() if hasattr(output, "keys") else ())
+        if any(_field(output[name], key) is not None for key in keys) and hasattr(output[name], "keys")
+    ]
+    return found
+
+
+NESTED = "<nested>"
 
 
 class StageError(Exception):
@@ -100,11 +112,22 @@ class StageError(Exception):
 def build(target: Target) -> Built:
     """The tiny model of `target` in eval mode, its inputs and its reference outputs.
 
-    Raises StageError naming the stage that failed."""
+    Tries each shrinking level in turn (see `_configs.LEVELS`); raises the first level's StageError
+    when none works."""
+    first = None
+    for level in LEVELS:
+        try:
+            return _build(target, level)
+        except StageError as failure:
+            first = first or failure
+    raise first
+
+
+def _build(target: Target, level: str) -> Built:
     stage = "config"
     try:
         cls = target.load()
-        config = tiny_config(cls)
+        config = tiny_config(cls, level)
         stage = "model"
         torch.manual_seed(SEED)
         model = cls(config).eval()
@@ -112,7 +135,7 @@ def build(target: Target) -> Built:
         inputs = build_inputs(model)
         keys = output_keys(cls)
         stage = "forward"
-        return Built(target, model, inputs, keys, reference(model, inputs, keys))
+        return Built(target, model, inputs, keys, reference(model, inputs, keys), level)
     except Exception as error:
         raise StageError(stage, error) from error
 
@@ -185,11 +208,14 @@ def compare_target(target: Target, variants: tuple[str, ...] = VARIANTS) -> Resu
     except StageError as failure:
         result.status, result.reason = failure.stage, short(failure.error)
         return result
-    result.keys = built.keys
+    result.keys, result.level = built.keys, built.level
     result.missing = [key for key in built.keys if built.expected[key] is None]
     if len(result.missing) == len(built.keys):
         result.status = "no-output"
-        result.reason = f"the model's own output returns none of {built.keys}"
+        where = ", ".join(built.expected[NESTED])
+        result.reason = f"the model's own output returns none of {built.keys}" + (
+            f" at its top level (only inside its nested outputs {where}: a composite)" if where else ""
+        )
         return result
     result.status = "compared"
     result.variants = {variant: run_variant(built, variant) for variant in variants}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = ["tiny_config", "SIZES", "OVERRIDES"]
+__all__ = ["tiny_config", "LEVELS", "SIZES", "OVERRIDES"]
 
 LAYERS = 2
 HIDDEN = 32
@@ -55,11 +55,18 @@ SIZES: dict[str, int] = {
 }
 
 # Fields recomputed from the others when absent.
-DERIVED = ("layer_types", "mlp_layer_types", "transformers_version", "architectures", "_name_or_path")
+DERIVED = (
+    "layer_types", "mlp_layer_types", "transformers_version", "architectures", "_name_or_path", "out_features",
+    "out_indices", "stage_names",
+)
+# The fields the "layers" level lowers (the fallback when shrinking every size fails).
+LAYER_FIELDS = frozenset(name for name, value in SIZES.items() if value == LAYERS)
+LEVELS = ("small", "layers")
 
 # model_type -> fields set on every config (or sub-config) of that type, after shrinking.
 OVERRIDES: dict[str, dict[str, Any]] = {
     "deepseek_v3": {"first_k_dense_replace": 1, "n_group": 2, "topk_group": 1},
+    "t5": {"decoder_start_token_id": 0},  # what T5's checkpoints set; heads shift input_ids with it
 }
 
 
@@ -70,18 +77,20 @@ def _special_token_ids(values: dict[str, Any]) -> list[int]:
     ]
 
 
-def _shrunk(config: Any) -> Any:
-    """A copy of `config` (a PreTrainedConfig) with small sizes; sub-configs shrunk the same way."""
+def _shrunk(config: Any, level: str) -> Any:
+    """A copy of `config` (a PreTrainedConfig) with small sizes; sub-configs shrunk the same way.
+
+    `level` "small" lowers every field of SIZES; "layers" only the layer counts (widths stay)."""
     values = {k: v for k, v in config.to_dict().items() if k not in DERIVED}
     for key, value in list(values.items()):
-        target = SIZES.get(key)
+        target = SIZES.get(key) if level == "small" or key in LAYER_FIELDS else None
         if target is not None and isinstance(value, int) and not isinstance(value, bool) and value > target:
             values[key] = target
     for name in getattr(config, "sub_configs", {}) or {}:
         sub = getattr(config, name, None)
         if sub is not None and hasattr(sub, "to_dict"):
-            values[name] = _shrunk(sub)
-    if isinstance(values.get("vocab_size"), int):
+            values[name] = _shrunk(sub, level)
+    if level == "small" and isinstance(values.get("vocab_size"), int):
         values["vocab_size"] = max([99, *(i + 1 for i in _special_token_ids(values))])
     if values.get("kv_lora_rank") and isinstance(values.get("num_attention_heads"), int):
         values["num_key_value_heads"] = values["num_attention_heads"]  # multi-head latent attention: no groups
@@ -105,12 +114,12 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
-def tiny_config(model_cls: type) -> Any:
-    """A small config for `model_cls` (its `config_class`, shrunk), with eager attention everywhere."""
+def tiny_config(model_cls: type, level: str = "small") -> Any:
+    """A small config for `model_cls` (its `config_class`, shrunk at `level`), eager attention everywhere."""
     config_cls = model_cls.config_class
     if config_cls is None:
         raise TypeError(f"{model_cls.__name__} has no config_class")
-    config = _shrunk(config_cls())
+    config = _shrunk(config_cls(), level)
     for key, value in CLASS_OVERRIDES.get(model_cls.__name__, {}).items():
         setattr(config, key, value)
     _set_eager(config)
