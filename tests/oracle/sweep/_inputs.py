@@ -89,8 +89,9 @@ BUILDERS = {
 }
 
 
-def build_inputs(model: Any) -> dict[str, torch.Tensor]:
-    """Keyword inputs for one forward of `model` (its main input, plus decoder ids for encoder-decoders)."""
+def build_inputs(model: Any) -> dict[str, Any]:
+    """Keyword inputs for one forward of `model`: its main input, decoder ids for encoder-decoders,
+    pixels for dual encoders, `use_cache=False` where the forward takes it."""
     config = model.config
     parameters = forward_parameters(model)
     main = getattr(type(model), "main_input_name", "input_ids")
@@ -108,6 +109,8 @@ def build_inputs(model: Any) -> dict[str, torch.Tensor]:
             inputs[main][:, -1] = config.eos_token_id  # the head pools at the (one) end-of-sequence token
         if "pixel_values" in parameters and not _placeholder_tokens(config):
             inputs["pixel_values"] = pixel_values(config)  # a dual encoder (CLIP-like): both towers run
+    if "use_cache" in parameters:
+        inputs["use_cache"] = False  # a cache is not what is compared; hybrid (linear attention) caches refuse some calls
     if "decoder_input_ids" in parameters and encoder_decoder and not name.endswith("ForSequenceClassification"):
         inputs["decoder_input_ids"] = token_ids(config, length=5, seed=2)
     return inputs
