@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=60, help="seconds per class (default 60)")
     parser.add_argument("--out", default="docs/fidelity.md", help="report path (default docs/fidelity.md)")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--from-json", help="only render the report from results a --json run wrote")
     args = parser.parse_args(argv)
 
     import warnings
@@ -32,9 +33,20 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
+    from ._compare import Result
     from ._enumerate import enumerate_targets, import_failures
     from ._pool import run_all
     from ._report import render, totals
+
+    versions = f"transformers {transformers.__version__}, torch {torch.__version__}"
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as handle:
+            saved = json.load(handle)
+        results = [Result(**r) for r in saved["results"]]
+        text = render(results, versions=versions, import_failures=saved["import_failures"], seconds=saved["seconds"])
+        with open(args.out, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return 0
 
     started = time.monotonic()
     families = tuple(args.families.split(",")) if args.families else None
@@ -46,13 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{result.status:10} {result.target}: {outcome}", file=sys.stderr, flush=True)
 
     results = run_all(targets, jobs=args.jobs, timeout_s=args.timeout, progress=progress)
-    versions = f"transformers {transformers.__version__}, torch {torch.__version__}"
-    text = render(results, versions=versions, import_failures=import_failures(), seconds=time.monotonic() - started)
+    seconds = time.monotonic() - started
+    text = render(results, versions=versions, import_failures=import_failures(), seconds=seconds)
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write(text)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump([asdict(r) for r in results], handle, indent=1)
+            saved = {"seconds": seconds, "import_failures": import_failures(), "results": [asdict(r) for r in results]}
+            json.dump(saved, handle, indent=1)
     print(json.dumps(totals(results)), file=sys.stderr)
     return 0
 

@@ -78,9 +78,13 @@ def flags(keys: list[str]) -> dict[str, bool]:
     return requested
 
 
+NESTED = "<nested>"  # the reference's entry listing nested outputs that carry the map's keys
+
+
 def _field(output: Any, key: str) -> Any:
-    if isinstance(output, dict) or hasattr(output, "keys"):
-        return output.get(key) if hasattr(output, "get") else getattr(output, key, None)
+    """`output[key]` for a ModelOutput or dict (None when absent), else the attribute."""
+    if hasattr(output, "keys") and hasattr(output, "get"):
+        return output.get(key)
     return getattr(output, key, None)
 
 
@@ -96,9 +100,6 @@ def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]
         if any(_field(output[name], key) is not None for key in keys) and hasattr(output[name], "keys")
     ]
     return found
-
-
-NESTED = "<nested>"
 
 
 class StageError(Exception):

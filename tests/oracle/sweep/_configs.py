@@ -114,12 +114,30 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
+# The "layers" level keeps widths, so it is only tried on configs no wider than this.
+MAX_FALLBACK_WIDTH = 4096  # e.g. hidden 1024 with a 4x MLP
+WIDTH_FIELDS = ("hidden_size", "d_model", "n_embd", "embed_dim", "intermediate_size", "d_ff", "ffn_dim")
+
+
+def _widest(config: Any) -> int:
+    values = config.to_dict()
+    widths = [v for k, v in values.items() if k in WIDTH_FIELDS and isinstance(v, int)]
+    for name in getattr(config, "sub_configs", {}) or {}:
+        sub = getattr(config, name, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            widths.append(_widest(sub))
+    return max(widths, default=0)
+
+
 def tiny_config(model_cls: type, level: str = "small") -> Any:
     """A small config for `model_cls` (its `config_class`, shrunk at `level`), eager attention everywhere."""
     config_cls = model_cls.config_class
     if config_cls is None:
         raise TypeError(f"{model_cls.__name__} has no config_class")
-    config = _shrunk(config_cls(), level)
+    default = config_cls()
+    if level == "layers" and _widest(default) > MAX_FALLBACK_WIDTH:
+        raise ValueError(f"too wide to build with only its layer counts lowered (width {_widest(default)})")
+    config = _shrunk(default, level)
     for key, value in CLASS_OVERRIDES.get(model_cls.__name__, {}).items():
         setattr(config, key, value)
     _set_eager(config)

@@ -68,6 +68,13 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         "",
         *(f"- **{v}**: {VARIANT_NAMES[v]}" for v in VARIANTS),
         "",
+        "Run it with `make fidelity`, or for some families "
+        "`PYTHONPATH=tests python -m oracle.sweep --families llama,bert --out /tmp/f.md` (`--json` writes the raw",
+        "results). Config shrinking and the per-family overrides are in `tests/oracle/sweep/_configs.py`, inputs in",
+        "`_inputs.py`; the popular families also run in the default suite (`tests/oracle/test_sweep_popular.py`).",
+        f"Models that fail at the small sizes are retried with only their layer counts lowered: "
+        f"{sum(r.level == 'layers' and r.status == 'compared' for r in results)} of the compared classes were built that way.",
+        "",
         "## Totals",
         "",
         "| | classes | % of enumerated |",
