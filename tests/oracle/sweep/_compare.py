@@ -141,6 +141,16 @@ def _build(target: Target, level: str) -> Built:
         raise StageError(stage, error) from error
 
 
+def _equal(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """`torch.equal`, except that NaNs at the same positions count as equal (NaN != NaN otherwise)."""
+    if torch.equal(actual, expected):
+        return True
+    if not actual.is_floating_point():
+        return False
+    nan = actual.isnan()
+    return torch.equal(nan, expected.isnan()) and torch.equal(actual[~nan], expected[~nan])
+
+
 def difference(actual: Any, expected: Any, where: str) -> str | None:
     """None if equal (same structure, `torch.equal` tensors), else where and how they differ."""
     if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
@@ -150,7 +160,7 @@ def difference(actual: Any, expected: Any, where: str) -> str | None:
             return f"{where}: shape {tuple(actual.shape)} vs {tuple(expected.shape)}"
         if actual.dtype != expected.dtype:
             return f"{where}: dtype {actual.dtype} vs {expected.dtype}"
-        if not torch.equal(actual, expected):
+        if not _equal(actual, expected):
             gap = (actual.double() - expected.double()).abs().max().item()
             return f"{where}: values differ (max |diff| {gap:.3g})"
         return None
@@ -159,6 +169,14 @@ def difference(actual: Any, expected: Any, where: str) -> str | None:
             return f"{where}: {len(actual)} entries vs {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
             found = difference(a, e, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        if list(actual) != list(expected):
+            return f"{where}: keys {list(actual)} vs {list(expected)}"
+        for name in expected:
+            found = difference(actual[name], expected[name], f"{where}[{name!r}]")
             if found:
                 return found
         return None
