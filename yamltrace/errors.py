@@ -27,6 +27,12 @@ __all__ = [
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+# Bounds on what one error may cost, whatever the spec: a hostile spec must not turn into a huge message.
+MAX_ISSUES = 50  # issues kept in a SpecError; the rest are counted in a last "and N more" issue
+MAX_MESSAGE_CHARS = 1000  # characters kept of an issue's message, file name or JSON path
+MAX_HINT_CHOICES = 500  # candidates difflib compares for a did-you-mean hint
+MAX_HINT_WORD = 100  # longer words get no hint (difflib is quadratic in the word's length)
+
 
 def format_json_path(path: Sequence[str | int]) -> str:
     """`("outputs", "a", 1)` -> `$.outputs.a[1]`; keys that are not identifiers are quoted: `$.patches['^A.*$']`."""
@@ -44,9 +50,18 @@ def format_json_path(path: Sequence[str | int]) -> str:
 def did_you_mean(word: str, choices: Iterable[str], *, n: int = 1) -> str:
     """`"; did you mean 'x'?"` naming up to `n` of the closest `choices` (difflib), or `""` when none is close.
 
-    With several: `"; did you mean 'a', 'b' or 'c'?"`.
+    With several: `"; did you mean 'a', 'b' or 'c'?"`. The work is bounded: only the first
+    `MAX_HINT_CHOICES` candidates are compared, and a word longer than `MAX_HINT_WORD` gets no hint.
     """
-    close = [repr(c) for c in difflib.get_close_matches(word, sorted({str(c) for c in choices}), n=n, cutoff=0.6)]
+    if len(word) > MAX_HINT_WORD:
+        return ""
+    candidates: set[str] = set()
+    for choice in choices:
+        if len(candidates) >= MAX_HINT_CHOICES:
+            break
+        if len(str(choice)) <= MAX_HINT_WORD:
+            candidates.add(str(choice))
+    close = [repr(c) for c in difflib.get_close_matches(word, sorted(candidates), n=n, cutoff=0.6)]
     if not close:
         return ""
     return f"; did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
@@ -65,6 +80,12 @@ class SpecIssue:
     file: str | None = None
     line: int | None = None
     column: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("message", "json_path", "file"):
+            value = getattr(self, name)
+            if isinstance(value, str) and len(value) > MAX_MESSAGE_CHARS:
+                object.__setattr__(self, name, _shorten(value))
 
     def render(self) -> str:
         """`file:line:column: $.json.path: message`, leaving out what is unknown."""
@@ -90,21 +111,36 @@ class SpecIssue:
         return replace(self, message=f"{self.message} {note}")
 
 
+def _shorten(text: str) -> str:
+    """`text` cut to MAX_MESSAGE_CHARS, saying how much was left out."""
+    cut = MAX_MESSAGE_CHARS - 40
+    return f"{text[:cut]}... ({len(text) - cut} more characters)"
+
+
 def _order(issue: SpecIssue) -> tuple[Any, ...]:
     return (issue.file or "", issue.line or 0, issue.column or 0, issue.json_path, issue.message)
 
 
 class SpecError(YamltraceError, ValueError):
-    """A spec that cannot be used; `issues` lists every problem found, in file order."""
+    """A spec that cannot be used; `issues` lists the problems found, in file order.
 
-    def __init__(self, issues: Iterable[SpecIssue]) -> None:
-        self.issues = tuple(sorted(issues, key=_order))
-        if not self.issues:
+    At most `MAX_ISSUES` issues are kept: past that, the last one says how many more were found, and
+    `total` counts them all. Each issue's message is at most `MAX_MESSAGE_CHARS` long.
+    """
+
+    def __init__(self, issues: Iterable[SpecIssue], total: int | None = None) -> None:
+        found = sorted(issues, key=_order)
+        if not found:
             raise ValueError("SpecError needs at least one issue.")
+        self.total = max(total or 0, len(found))
+        if len(found) > MAX_ISSUES:
+            more = self.total - MAX_ISSUES
+            found = [*found[:MAX_ISSUES], SpecIssue(f"and {more} more problem{'' if more == 1 else 's'} not shown", "$", found[0].file)]
+        self.issues = tuple(found)
         super().__init__("\n".join(issue.render() for issue in self.issues))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.issues,))
+        return (type(self), (self.issues, self.total))
 
     @classmethod
     def single(

@@ -3,49 +3,66 @@
 The model needs no cooperation: hooks go on when the block starts and come off when it ends. Each call
 of the root module is one step; the yielded mapping holds every step's captures in call order (a
 single forward gives exactly the model's own `output_hidden_states` / `output_attentions` tuples).
+
+Captures follow transformers' scopes (`engine._scopes`): each decorated forward of the model (or each
+scope of the spec) records into its own lists and ties its last hidden state at its own exit; the
+outermost scopes are what the block yields, named as `exposed_names` says (`hidden_states`, or
+`encoder_hidden_states` and `decoder_hidden_states` for an encoder-decoder).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from torch import nn
+from torch.compiler import is_compiling
 
+from ._trace_checks import check_patches, check_recorders, retarget_to_patches, warn_no_tensor
 from .engine import (
     Collector,
+    HookPlan,
     OutputRecorder,
     Session,
+    decorated_paths,
     decorator_tie_last,
+    exposed_names,
     install_hooks,
-    normalize_output_map,
+    is_under,
     normalized_tasks,
+    outermost,
     own_output_map,
     plan_hooks,
     resolve_selections,
     tie_last_enabled,
     tie_last_hidden_state,
-    uncompiled,
+    tie_points,
 )
 from .errors import did_you_mean
 from .spec import Spec, load_spec
 
 __all__ = ["trace", "Captures"]
 
+
 class Captures(Mapping[str, tuple]):
     """Read-only mapping `key -> tuple` of what a `trace` block captured, all steps concatenated.
 
-    `steps` holds one read-only mapping per finished call of the traced module, in call order.
+    `steps` holds one read-only mapping per finished call of the traced module, in call order. Each
+    value knows the module it came from: `paths(key)` lists their dotted paths beside `self[key]`,
+    `by_path(key)` maps path -> value, and `stack(key)` stacks a key's tensors into one.
     """
 
-    def __init__(self, lists: dict[str, list[Any]], ends: list[tuple[int, ...]]) -> None:
-        # The trace's flat lists, and where each finished step ends in them (a step in progress or
-        # one that failed is not visible). Both are only ever changed in place by the trace's hooks.
+    def __init__(self, lists: dict[str, list[Any]], ends: list[tuple[int, ...]], paths: dict[str, list[str]]) -> None:
+        # The trace's flat lists (values, and the path of each), and where each finished step ends in
+        # them (a step in progress or one that failed is not visible). All are only ever changed in
+        # place by the trace's hooks.
         self._keys = tuple(lists)
         self._lists = lists
+        self._paths = paths
         self._ends = ends
 
     @property
@@ -56,11 +73,77 @@ class Captures(Mapping[str, tuple]):
             start = end
         return tuple(views)
 
-    def __getitem__(self, key: str) -> tuple:
+    def _span(self, key: str, step: int | None) -> tuple[int, int]:
+        """Where `key`'s values of `step` (all steps when None) lie in the flat lists."""
         if key not in self._keys:
             raise KeyError(f"{key!r} was not traced; traced keys: {list(self._keys)}{did_you_mean(key, self._keys)}")
-        end = self._ends[-1][self._keys.index(key)] if self._ends else 0
-        return tuple(self._lists[key][:end])
+        column = self._keys.index(key)
+        if step is None:
+            return 0, self._ends[-1][column] if self._ends else 0
+        count = len(self._ends)
+        if not -count <= step < count:
+            raise IndexError(f"step {step} out of range: the trace has {count} finished step(s).")
+        step %= count
+        return (self._ends[step - 1][column] if step else 0), self._ends[step][column]
+
+    def __getitem__(self, key: str) -> tuple:
+        start, end = self._span(key, None)
+        return tuple(self._lists[key][start:end])
+
+    def paths(self, key: str, *, step: int | None = None) -> tuple[str, ...]:
+        """The module path of each value of `self[key]` (of one step's values with `step`), in order.
+
+        A path is the module's name in `model.named_modules()` (`""` for the traced module itself);
+        the initial hidden state, which is the input of the first hooked module, reads `<path>:input`.
+        """
+        start, end = self._span(key, step)
+        return tuple(path[1:] if path.startswith(".") else path for path in self._paths[key][start:end])
+
+    def by_path(self, key: str, *, step: int | None = None) -> dict[str, Any]:
+        """`{module path: value}` for one key, in capture order; values left out (`None`) are omitted.
+
+        With several steps, pass `step` (an index into `steps`). A module that ran more than once in
+        the step (a shared layer) has no single value: that raises ValueError; use `self[key]` and
+        `paths(key)` then.
+        """
+        step = self._only_step(key, step, "by_path")
+        start, end = self._span(key, step)
+        found: dict[str, Any] = {}
+        for path, value in zip(self.paths(key, step=step), self._lists[key][start:end]):
+            if value is None:
+                continue
+            if path in found:
+                raise ValueError(
+                    f"by_path({key!r}): module {path or '<root>'} produced more than one value in this step "
+                    f"(a module called more than once); use captures[{key!r}] with captures.paths({key!r})."
+                )
+            found[path] = value
+        return found
+
+    def stack(self, key: str, *, step: int | None = None) -> Any:
+        """The key's tensors (of one step: pass `step` when there are several) stacked into one tensor
+        `[n_values, ...]`, values left out (`None`) skipped; ValueError naming each shape if they differ."""
+        import torch
+
+        found = self.by_path(key, step=step)
+        tensors = list(found.values())
+        if not tensors:
+            raise ValueError(f"stack({key!r}): nothing was captured for {key!r}.")
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            kinds = sorted({type(t).__name__ for t in tensors if not isinstance(t, torch.Tensor)})
+            raise ValueError(f"stack({key!r}): the captured values are not all tensors (found {', '.join(kinds)}).")
+        shapes = {tuple(t.shape) for t in tensors}
+        if len(shapes) > 1:
+            listed = "; ".join(f"{path or '<root>'}: {tuple(t.shape)}" for path, t in found.items())
+            raise ValueError(f"stack({key!r}): the captured tensors differ in shape ({listed}).")
+        return torch.stack(tensors)
+
+    def _only_step(self, key: str, step: int | None, method: str) -> int | None:
+        if step is None and len(self._ends) > 1:
+            raise ValueError(
+                f"{method}({key!r}): the trace has {len(self._ends)} steps; pass step=i (an index into captures.steps)."
+            )
+        return step
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
@@ -73,76 +156,179 @@ class Captures(Mapping[str, tuple]):
         return f"Captures({len(self._ends)} step(s); {counts})"
 
 
-def _resolve_spec(model: nn.Module, spec: Any) -> tuple[tuple[tuple[str, OutputRecorder], ...], dict[str, Any], bool]:
-    """(tasks, options, nested_maps) for `trace`'s `spec` argument."""
+@dataclass(eq=False)
+class _Scope:
+    """One capture scope of a trace: its module, recorders and options; what it records, if exposed."""
+
+    number: int
+    path: str
+    module: nn.Module
+    tasks: tuple[tuple[str, OutputRecorder], ...]
+    nested_maps: bool
+    options: Mapping[str, Any]
+    exposed: bool = False
+    plan: HookPlan = field(default_factory=list)
+    collector: Collector | None = None
+
+
+def _model_scopes(model: nn.Module) -> list[_Scope]:
+    """The scopes of a model traced without a spec: its decorated forwards, else the root's own map."""
+    decorated = decorated_paths(model)
+    if decorated:
+        return [
+            _Scope(number, path, model.get_submodule(path), normalized_tasks(_map_of(model.get_submodule(path))), True, {})
+            for number, path in enumerate(decorated)
+        ]
+    own = _map_of(model)
+    if not own:
+        raise ValueError(
+            f"{type(model).__name__} declares no _can_record_outputs; pass trace(model, spec) with a Spec, "
+            "a spec file or a {key: recorder} dict."
+        )
+    return [_Scope(0, "", model, normalized_tasks(own), True, {})]
+
+
+def _map_of(module: nn.Module) -> Mapping[str, Any]:
+    own = own_output_map(module)
+    return own if isinstance(own, Mapping) else {}
+
+
+def _spec_scopes(model: nn.Module, spec: Spec, root_tasks: Any, strict: bool) -> list[_Scope]:
+    """The scopes a spec declares: the root (its top-level `outputs`) and each of its `scopes`."""
+    scopes = []
+    if spec.outputs or not spec.scopes:
+        scopes.append(_Scope(0, "", model, tuple(root_tasks), False, dict(spec.options)))
+    for path, scope in spec.scopes.items():
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            if strict and any(not r.optional for rs in scope.outputs.values() for r in rs):
+                check_recorders(model, spec, {path: None})  # raises, located at the scope's recorders
+            continue
+        tasks = tuple((key, r) for key, recorders in scope.outputs.items() for r in recorders)
+        scopes.append(_Scope(len(scopes), path, module, tasks, False, {**spec.options, **scope.options}))
+    return scopes
+
+
+def _resolve(model: nn.Module, spec: Any, strict: bool) -> tuple[list[_Scope], Spec | None]:
+    """The scopes `trace` records for its `spec` argument, and the explicit spec (None without one)."""
     if spec is None:
-        own = own_output_map(model)
-        if not isinstance(own, Mapping) or not own:
-            raise ValueError(
-                f"{type(model).__name__} declares no _can_record_outputs; pass trace(model, spec) with a Spec, "
-                "a spec file or a {key: recorder} dict."
-            )
         attached = getattr(model, "yamltrace_spec", None)
         if attached is None:
-            return normalized_tasks(own), {}, True
-        # from_pretrained set the attached spec's map on the instance, retargeted to patched classes.
-        return normalized_tasks(own), dict(attached.options), False
+            return _model_scopes(model), None
+        # from_pretrained set the attached spec's top-level map on the instance, retargeted to patched
+        # classes, and applied its patches: its scopes are retargeted the same way here.
+        return _spec_scopes(model, retarget_to_patches(attached), normalized_tasks(_map_of(model)), strict=False), None
     if isinstance(spec, (str, os.PathLike)):
         spec = load_spec(spec, for_model=model)
-    if isinstance(spec, Spec):
-        return normalize_output_map(spec.outputs), dict(spec.options), False
-    if isinstance(spec, Mapping):
-        return normalize_output_map(spec), {}, False
-    raise TypeError(f"trace() takes a Spec, a spec path or a capture dict, got {type(spec).__name__}.")
+    elif isinstance(spec, Mapping) and not isinstance(spec, Spec):
+        spec = Spec(outputs=spec)
+    if not isinstance(spec, Spec):
+        raise TypeError(f"trace() takes a Spec, a spec path or a capture dict, got {type(spec).__name__}.")
+    check_patches(model, spec)
+    spec = retarget_to_patches(spec)
+    root_tasks = tuple((key, r) for key, recorders in spec.outputs.items() for r in recorders)
+    return _spec_scopes(model, spec, root_tasks, strict), spec
+
+
+def _plan_scope(scope: _Scope, nested: list[str]) -> tuple[HookPlan, set[str]]:
+    """The hooks of an exposed scope (none inside a nested scope), and the keys they record."""
+    plan = []
+    for module, path, entries in plan_hooks(scope.module, scope.tasks, nested_maps=scope.nested_maps):
+        full = f"{scope.path}{path}" if scope.path else path[1:]
+        if not any(is_under(full, n) for n in nested):
+            plan.append((module, f".{full}" if full else "", entries))  # the path from the traced model
+    return plan, {entry[0] for _, _, entries in plan for entry in entries}
+
+
+def _position_counter(module: nn.Module, plan: HookPlan) -> Callable[[str, OutputRecorder], int]:
+    """How many positions a key of a scope has (for negative `layers`): from the config, else hooks."""
+    config = getattr(module, "config", None)
+
+    def count_positions(key: str, recorder: OutputRecorder) -> int:
+        layers = getattr(config, recorder.num_hidden_layers_key, None)
+        if layers is None:
+            layers = sum(1 for _, _, entries in plan if any(e[0] == key for e in entries))
+        return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)
+
+    return count_positions
 
 
 @contextlib.contextmanager
-def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterator[Captures]:
+def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bool = True) -> Iterator[Captures]:
     """Capture the outputs a spec declares while the block runs; yields a read-only `key -> tuple` map.
 
     Args:
         model: any `nn.Module`; it does not need to declare anything.
         spec: a `Spec`, a spec file path, or a `_can_record_outputs`-style dict. `None` uses the spec
-            attached by `from_pretrained`, else the model's own `_can_record_outputs` (nested models
-            then follow their own maps).
-        outputs: the keys to capture (default: every key of the spec).
+            attached by `from_pretrained`, else the capture maps of the model's decorated forwards
+            (each records its own captures, as transformers does), else the root's own map.
+        outputs: the keys to capture (default: every key).
+        strict: with an explicit spec, a recorder that matches no module of the model is a `SpecError`
+            located at the recorder (unless marked `optional`); `strict=False` makes it a warning.
 
     Hooks exist only inside the block, record only calls made in the context (thread) that entered it,
     and are removed even if the block raises. `model` may be the module `torch.compile` returned, or
     the original of a compiled module, before or after its first compiled call (see docs/capture.md).
     """
-    tasks, options, nested_maps = _resolve_spec(model, spec)
-    known = tuple(dict.fromkeys(k for k, _ in tasks))
-    keys = known if outputs is None else tuple(dict.fromkeys([outputs] if isinstance(outputs, str) else outputs))
-    for key in keys:
-        if key not in known:
-            raise KeyError(f"trace: output {key!r} is not in the spec (keys: {list(known)}){did_you_mean(key, known)}")
+    scopes, explicit = _resolve(model, spec, strict)
+    paths = [s.path for s in scopes]
+    top = outermost(paths)
+    hooked: dict[str, set[str]] = {}
+    for scope in scopes:
+        if scope.path in top:
+            scope.exposed = True
+            nested = [p for p in paths if p != scope.path and is_under(p, scope.path)]
+            scope.plan, hooked[scope.path] = _plan_scope(scope, nested)
+    exposed = [s for s in scopes if s.exposed]
+    keys_of = {s.path: list(dict.fromkeys(k for k, _ in s.tasks)) for s in exposed}
+    names = exposed_names(keys_of, hooked)
+    known = tuple(names.values())
+    wanted = known if outputs is None else tuple(dict.fromkeys([outputs] if isinstance(outputs, str) else outputs))
+    for name in wanted:
+        if name not in known:
+            raise KeyError(f"trace: output {name!r} is not in the spec (keys: {list(known)}){did_you_mean(name, known)}")
+    if explicit is not None:
+        # Every recorder is checked, or with `outputs` those of the chosen keys.
+        def checked(path: str, key: str) -> bool:
+            return outputs is None or names.get((path, key)) in wanted
 
-    plan = plan_hooks(model, tasks, nested_maps=nested_maps, keys=keys)
-    hooked = {k: sum(1 for _, _, entries in plan if any(e[0] == k for e in entries)) for k in keys}
-    config = getattr(model, "config", None)
+        check_recorders(model, explicit, {s.path: s.module for s in scopes}, strict=strict, checked=checked)
 
-    def count_positions(key: str, recorder: OutputRecorder) -> int:
-        layers = getattr(config, recorder.num_hidden_layers_key, None)
-        if layers is None:
-            layers = hooked[key]
-        return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)
-
-    selections = resolve_selections(tasks, keys, None, count_positions)
-    session = Session(Collector(keys, selections), block=True)
-    collector = session.collector
-    lists, starts = collector.lists, collector.starts
+    session = Session(Collector(()), block=True)
+    stack = session.scopes
+    lists: dict[str, list[Any]] = {}
+    value_paths: dict[str, list[str]] = {}  # the module path of each value, beside `lists`
+    sources: dict[str, tuple[_Scope, str]] = {}
+    for scope in exposed:
+        keys = [key for key in keys_of[scope.path] if (scope.path, key) in names and names[(scope.path, key)] in wanted]
+        scope.plan = [
+            (m, p, kept) for m, p, entries in scope.plan if (kept := tuple(e for e in entries if e[0] in keys))
+        ]
+        selections = resolve_selections(scope.tasks, keys, None, _position_counter(scope.module, scope.plan))
+        scope.collector = Collector(keys, selections)
+        for key in keys:
+            lists[names[(scope.path, key)]] = scope.collector.lists[key]
+            value_paths[names[(scope.path, key)]] = scope.collector.paths[key]
+            sources[names[(scope.path, key)]] = (scope, key)
+    lists = {name: lists[name] for name in wanted}
+    value_paths = {name: value_paths[name] for name in wanted}
     ends: list[tuple[int, ...]] = []
-    captures = Captures(lists, ends)
+    step_starts = {name: 0 for name in lists}
+    captures = Captures(lists, ends, value_paths)
     is_active = session.recording
-    tie_last = "hidden_states" in lists and tie_last_enabled(config, options, decorator_tie_last(uncompiled(model)))
+    ties: list[int] = []
+    fired: set[str] = set()
     depth = 0
 
     # Steps are kept in place (no new containers inside the hooks, which torch.compile may trace):
-    # a finished step moves `starts` to the lists' ends; an unfinished one is cut off.
+    # a finished step moves `step_starts` to the lists' ends; an unfinished one is cut off.
     def discard_unfinished() -> None:
-        for key in keys:
-            del lists[key][starts[key] :]
+        for name, values in lists.items():
+            del values[step_starts[name] :]
+            del value_paths[name][step_starts[name] :]
+        del stack[:]
+        del ties[:]
 
     def step_started(module: nn.Module, args: tuple) -> None:
         nonlocal depth
@@ -153,11 +339,9 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
 
     def step_finished(module: nn.Module, args: tuple, output: Any) -> None:
         if is_active() and depth == 1:
-            if tie_last and len(lists["hidden_states"]) > starts["hidden_states"]:
-                tie_last_hidden_state(lists["hidden_states"], output, collector.last_transform.get("hidden_states"))
-            ends.append(tuple([len(lists[key]) for key in keys]))
-            for key in keys:
-                starts[key] = len(lists[key])
+            ends.append(tuple([len(values) for values in lists.values()]))
+            for name, values in lists.items():
+                step_starts[name] = len(values)
 
     def step_ended(module: nn.Module, args: tuple, output: Any) -> None:
         # Runs after step_finished, and also when the forward raised: a failed step is discarded.
@@ -167,11 +351,56 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
             if depth == 0:
                 discard_unfinished()
 
-    handles = []
+    def scope_entry(scope: _Scope) -> Callable[[nn.Module, tuple], None]:
+        number, collector = scope.number, scope.collector
+
+        def scope_entered(module: nn.Module, args: tuple) -> None:
+            if is_active():
+                stack.append(number)
+                if collector is not None:  # a new call of the scope: positions count from here
+                    for key, values in collector.lists.items():
+                        collector.starts[key] = len(values)
+
+        return scope_entered
+
+    def scope_exited(module: nn.Module, args: tuple, output: Any) -> None:
+        if is_active() and stack:
+            stack.pop()
+
+    def tie_entry(values: list[Any]) -> Callable[[nn.Module, tuple], None]:
+        def tie_entered(module: nn.Module, args: tuple) -> None:
+            if is_active():
+                ties.append(len(values))
+
+        return tie_entered
+
+    def tie_exit(values: list[Any], collector: Collector, tie: bool) -> Callable[[nn.Module, tuple, Any], None]:
+        def tie_exited(module: nn.Module, args: tuple, output: Any) -> None:
+            if is_active() and ties:
+                mark = ties.pop()
+                if tie and output is not None and len(values) > mark:
+                    tie_last_hidden_state(values, output, collector.last_transform.get("hidden_states"))
+
+        return tie_exited
+
+    handles: list[Any] = []
     token = None
     try:
         handles.append(model.register_forward_pre_hook(step_started))
-        handles.append(install_hooks(plan, session))
+        decorated = decorated_paths(model)
+        for scope in scopes:
+            handles.append(scope.module.register_forward_pre_hook(scope_entry(scope)))
+            collector = scope.collector
+            if collector is not None and "hidden_states" in collector.lists:
+                values = collector.lists["hidden_states"]
+                for point in tie_points(scope.path, decorated, paths):
+                    module = model.get_submodule(point)
+                    tie = tie_last_enabled(getattr(module, "config", None), scope.options, decorator_tie_last(module))
+                    handles.append(module.register_forward_pre_hook(tie_entry(values)))
+                    handles.append(module.register_forward_hook(tie_exit(values, collector, tie), always_call=True))
+            handles.append(scope.module.register_forward_hook(scope_exited, always_call=True))
+            if scope.exposed and scope.plan:
+                handles.append(install_hooks(scope.plan, _ScopeSink(session, scope, fired)))
         handles.append(model.register_forward_hook(step_finished))
         handles.append(model.register_forward_hook(step_ended, always_call=True))
         token = session.enter()
@@ -182,3 +411,42 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None) -> Iterato
         session.open = False
         for handle in handles:
             handle.remove()
+    ran = {
+        name: lists[name]
+        for name, (scope, key) in sources.items()
+        if key != "hidden_states" and any(p in fired for _, p, entries in scope.plan if any(e[0] == key for e in entries))
+    }
+    if ends:
+        warn_no_tensor(model, ran)
+
+
+class _ScopeSink:
+    """What `install_hooks` records into for one scope: its collector, while it is the innermost.
+
+    `fired` collects the paths of the modules that recorded, so a key whose modules ran but gave no
+    tensor can be told from one whose modules never ran (not while torch.compile traces: dynamo would
+    guard on the set's `add` and recompile for every block).
+    """
+
+    __slots__ = ("collector", "recording")
+
+    def __init__(self, session: Session, scope: _Scope, fired: set[str]) -> None:
+        record, mark = scope.collector.record, fired.add
+
+        def record_and_mark(path: str, entries: tuple, args: tuple, kwargs: dict, output: Any) -> None:
+            if not is_compiling():
+                mark(path)
+            record(path, entries, args, kwargs, output)
+
+        self.collector = _Recorder(record_and_mark)
+        records_into, number = session.records_into, scope.number
+
+        def recording() -> bool:
+            return records_into(number)
+
+        self.recording = recording
+
+
+@dataclass(frozen=True)
+class _Recorder:
+    record: Callable[..., None]

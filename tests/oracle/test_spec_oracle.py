@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,12 @@ outputs:
 def test_exported_maps_round_trip(name: str) -> None:
     cls = getattr(transformers, name)
     spec = spec_from_model(cls)
-    assert [(k, r) for k, rs in spec.outputs.items() for r in rs] == list(normalize_output_map(cls._can_record_outputs))
+    exported = [(k, dataclasses.replace(r, optional=False)) for k, rs in spec.outputs.items() for r in rs]
+    assert exported == list(normalize_output_map(cls._can_record_outputs))
+    # Cross-attention exists only in decoder configurations: exported optional, every other recorder not.
+    assert {k for k, rs in spec.outputs.items() for r in rs if r.optional} == (
+        {"cross_attentions"} if name in ("GPT2Model", "BertModel") else set()
+    )
     loaded = load_spec(spec.to_yaml(), for_model=cls)
     assert loaded == spec
     assert loaded.outputs == spec.outputs

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import PatchError
 from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
 from ._spec_file import SpecSource, checkpoint_spec
@@ -23,15 +24,46 @@ from ._weights import CONFIG_FILE, load_strict, read_weights, weights_file
 __all__ = ["from_pretrained", "is_yamltrace_model", "load_yamltrace_model"]
 
 
+# Packages whose modules are never forgotten: they register process-wide state when imported (torch
+# operator libraries, dynamo's and transformers' registries), so a second import of them raises or
+# leaves two copies of one registry.
+NEVER_FORGOTTEN = frozenset(
+    {
+        "torch", "torchvision", "torchaudio", "functorch", "triton", "transformers", "tokenizers", "safetensors",
+        "huggingface_hub", "accelerate", "numpy", "sympy", "mpmath", "networkx", "jinja2", "yamltrace",
+    }
+)  # fmt: skip
+
+
+def _torch_registrations() -> tuple[int, int]:
+    """How many operator definitions and libraries torch holds (a module that adds some cannot be re-imported)."""
+    library = torch.library
+    return len(getattr(library, "_defs", ())), len(getattr(library, "_keep_alive", ()))
+
+
+def forgettable(imported: set[str], before: set[str]) -> set[str]:
+    """The modules of `imported` that a failed load may forget: those of packages first imported by it,
+    outside `NEVER_FORGOTTEN`. A module of a package that was already (partly) imported stays."""
+    roots_before = {name.partition(".")[0] for name in before}
+    return {
+        name
+        for name in imported
+        if (root := name.partition(".")[0]) not in NEVER_FORGOTTEN and root not in roots_before
+    }
+
+
 @contextlib.contextmanager
 def _spec_imports_undone_on_failure() -> Iterator[Callable[[], None]]:
-    """On failure, forget the modules the spec's resolution imported, so `sys.modules` is as it was.
+    """On failure, forget the modules the spec's resolution imported, where that is safe (see `forgettable`).
 
     Yields a function to call once the spec is resolved. Modules that torch or transformers import
     lazily afterwards, while building or loading, are left alone: removing those would leave two
-    copies of one library module in the process.
+    copies of one library module in the process. If the load registered torch operators, nothing is
+    forgotten: re-importing the module that registered them would fail. What imported code did besides
+    (a logging handler, an environment variable) is not undone; see docs/security.md.
     """
     before = set(sys.modules)
+    registrations = _torch_registrations()
     spec_imports: set[str] | None = None
 
     def spec_resolved() -> None:
@@ -41,9 +73,18 @@ def _spec_imports_undone_on_failure() -> Iterator[Callable[[], None]]:
     try:
         yield spec_resolved
     except BaseException:
-        for name in (set(sys.modules) - before) if spec_imports is None else spec_imports:
-            sys.modules.pop(name, None)
+        imported = (set(sys.modules) - before) if spec_imports is None else spec_imports
+        if _torch_registrations() == registrations:
+            for name in forgettable(imported, before):
+                sys.modules.pop(name, None)
         raise
+
+
+_RECURSIVE_PATCH = (
+    "building the model under the spec's patches recursed without end: a replacement class builds a class "
+    "that the same patches replace by it (a '.*' key replaces every class of the model's module, the model's "
+    "own parts included). Anchor the pattern (^Name$) so it selects only the classes to replace."
+)
 
 
 def _attach(model: nn.Module, spec: Spec | None, device: str | torch.device | None) -> nn.Module:
@@ -109,7 +150,10 @@ def _build_under_spec(
         resolved = checkpoint_spec(model_cls, directory, spec=spec, overrides=overrides, trust_imports=trust_imports)
         spec_resolved()
         with apply_patches(resolved or {}, modules=model_cls, device=_device_type(device) or "cpu"):
-            model = construct()
+            try:
+                model = construct()
+            except RecursionError:
+                raise PatchError([_RECURSIVE_PATCH]) from None
         if finish is not None:
             finish(model)
     return model, resolved

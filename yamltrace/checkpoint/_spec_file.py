@@ -29,6 +29,7 @@ def overlay_spec(base: Spec, override: Spec) -> Spec:
         source=override.source or base.source,
         model=override.model or base.model,
         imports=tuple(dict.fromkeys(base.imports + override.imports)),
+        scopes={**base.scopes, **override.scopes},
     )
 
 

@@ -11,12 +11,14 @@ import argparse
 from collections.abc import Callable
 
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from ._check import add_check
 from ._schema import add_schema
+from ._specs import add_specs
 from ._validate import add_validate
 
 __all__ = ["COMMANDS", "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "main"]
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (add_validate, add_schema)
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (add_validate, add_check, add_schema, add_specs)
 
 
 def _build_parser() -> argparse.ArgumentParser:

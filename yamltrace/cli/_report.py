@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from ..errors import SpecIssue
@@ -46,13 +46,31 @@ class Reporter:
         }
 
 
+def escape_text(text: str) -> str:
+    """`text` on one line: control characters and Unicode line breaks written as escapes (`\\n`, `\\x85`,
+    `\\u2028`), a backslash doubled, so a file name or message cannot forge lines of the report."""
+    return "".join(ch if ch.isprintable() and ch != "\\" else _escape_char(ch) for ch in text)
+
+
+def _escape_char(ch: str) -> str:
+    if ch == "\\":
+        return "\\\\"
+    return repr(ch)[1:-1] if ch in "\n\r\t" else f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+
 class TextReporter(Reporter):
-    """Every issue as `file:line:column: $.path: message`, then `2 files, 1 invalid, 3 problems`."""
+    """Every issue as `file:line:column: $.path: message`, then `2 files, 1 invalid, 3 problems`.
+
+    File names, paths and messages are escaped (see `escape_text`): one issue is always one line.
+    """
 
     def report(self, results: Sequence[FileResult]) -> None:
         for result in results:
             for issue in result.issues:
-                print(issue.render(), file=self.stream)
+                safe = replace(issue, message=escape_text(issue.message), json_path=escape_text(issue.json_path))
+                if issue.file is not None:
+                    safe = replace(safe, file=escape_text(issue.file))
+                print(safe.render(), file=self.stream)
         counts = self.summary(results)
         parts = [_count(counts["files"], "file"), f"{counts['invalid']} invalid"]
         if counts["unreadable"]:

@@ -2,13 +2,14 @@
 
 Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules, cached) ->
 `_collector` (what the hooks record, via `_intercept`) -> `_session` (what records in this context,
-the tie-last rule). `capture_outputs` and `trace` are built on these names.
+the tie-last rule) -> `_scopes` (which submodules keep their own captures, where they tie). `capture_outputs` and `trace` are built on these names.
 """
 
 from ._collector import Collector, install_hooks
 from ._intercept import Interception, Listener, intercept
 from ._plan import MISSING, CacheInfo, HookPlan, cache_info, invalidate, own_output_map, plan_hooks
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, RecorderLike, default_index, normalize_output_map, normalized_tasks
+from ._scopes import decorated_paths, exposed_names, is_under, outermost, scope_label, scope_modules, tie_points
 from ._selection import requested_positions, resolve_positions, resolve_selections
 from ._session import (
     FLAG_ALIASES,
@@ -38,7 +39,14 @@ __all__ = [
     "Session",
     "active_sessions",
     "cache_info",
+    "decorated_paths",
     "decorator_tie_last",
+    "exposed_names",
+    "is_under",
+    "outermost",
+    "scope_label",
+    "scope_modules",
+    "tie_points",
     "default_index",
     "install_hooks",
     "intercept",

@@ -14,31 +14,52 @@ from torch import nn
 
 from ..errors import CaptureError
 from ._intercept import Interception, intercept
+from ._positions import InputSource, PositionError, positions_selector
 from ._recorder import OutputRecorder
 
-__all__ = ["Collector", "Entry", "HookPlan", "Transform", "transform_of", "install_hooks"]
+__all__ = ["Collector", "Entry", "HookPlan", "Transform", "entry_of", "transform_of", "install_hooks"]
 
-# What a recorder's `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
+# What a recorder's `positions` / `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
 Transform = Callable[[Any], Any]
-# A plan entry: (key, tuple index, prepend the first input as the initial hidden state, transform).
-Entry = tuple[str, int, bool, Transform | None]
+# A plan entry: (key, tuple index or the input to take, prepend the first input as the initial hidden
+# state, transform).
+Entry = tuple[str, "int | InputSource", bool, Transform | None]
 # A plan: for each hooked module, its dotted path and its entries.
 HookPlan = list[tuple[nn.Module, str, tuple[Entry, ...]]]
 
 
+def entry_of(key: str, recorder: OutputRecorder) -> Entry:
+    """The plan entry of one task: what a hooked module's listener records for `key`."""
+    source = recorder.index if recorder.input is None else InputSource(recorder.input, recorder.target_class)
+    return (key, source, recorder.capture_initial_hidden_state, transform_of(recorder))
+
+
 def transform_of(recorder: OutputRecorder) -> Transform | None:
-    """What `recorder` does to a captured tensor (detach, then move/cast); None when it keeps the reference."""
+    """What `recorder` does to a captured tensor (keep positions, detach, then move/cast); None when
+    it keeps the reference."""
     detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
-    if not detach and device is None and dtype is None:
-        return None
+    if recorder.positions is None:
+        if not detach and device is None and dtype is None:
+            return None
+        select = None
+    else:
+        select = positions_selector(recorder.positions, recorder.seq_dim)
     convert = device is not None or dtype is not None
+    # A selection that is a view of the module's tensor must be copied unless `to` copies it.
+    must_copy = select is not None and not select.copies  # type: ignore[attr-defined]
 
     def transform(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
+        if select is not None:
+            value = select(value)
         if detach:
             value = value.detach()
-        return value.to(device=device, dtype=dtype) if convert else value
+        if convert:
+            moved = value.to(device=device, dtype=dtype)
+            if moved is not value:
+                return moved
+        return value.clone() if must_copy else value
 
     return transform
 
@@ -50,19 +71,22 @@ class Collector:
     tensor is retained for them. A kept value goes through its entry's transform, if any; without one
     the list holds the module's own object. `starts` says where the current forward's values begin
     in each list (a trace keeps every forward's values in one list); positions count from there.
+    `paths` holds, beside each list, the dotted path (leading dot) of the module each value came
+    from; the initial hidden state, which is the input of the first hooked module, has `:input` added.
     """
 
-    __slots__ = ("lists", "selections", "starts", "last_transform")
+    __slots__ = ("lists", "paths", "selections", "starts", "last_transform")
 
     def __init__(self, keys: Iterable[str], selections: dict[str, frozenset[int]] | None = None) -> None:
         self.lists: dict[str, list[Any]] = {k: [] for k in keys}
+        self.paths: dict[str, list[str]] = {k: [] for k in self.lists}
         self.selections = selections or {}
         self.starts: dict[str, int] = {k: 0 for k in self.lists}
         # The transform applied to each key's latest kept value, so a value that replaces it later
         # (the tied last hidden state) gets the same treatment.
         self.last_transform: dict[str, Transform | None] = {}
 
-    def _append(self, key: str, values: list[Any], value: Any, transform: Transform | None) -> None:
+    def _append(self, key: str, values: list[Any], value: Any, transform: Transform | None, path: str) -> None:
         selection = self.selections.get(key) if self.selections else None
         if selection is not None and len(values) - self.starts[key] not in selection:
             values.append(None)
@@ -71,8 +95,12 @@ class Collector:
             if key == "hidden_states":
                 self.last_transform[key] = None
         else:
-            values.append(transform(value))
+            try:
+                values.append(transform(value))
+            except PositionError as e:
+                raise CaptureError(f"yamltrace: output {key!r}, module {path.lstrip('.') or '<root>'}: {e}") from None
             self.last_transform[key] = transform
+        self.paths[key].append(path)
 
     def record(self, path: str, entries: tuple[Entry, ...], args: tuple, kwargs: dict, output: Any) -> None:
         """Record `output` (and, for the first hidden state, the module's input) for each entry."""
@@ -81,6 +109,13 @@ class Collector:
         for key, index, initial, transform in entries:
             values = lists.get(key)
             if values is None:
+                continue
+            if index.__class__ is not int:  # an InputSource: the recorder takes an argument
+                try:
+                    value = index.take(path, args, kwargs)
+                except PositionError as e:
+                    raise CaptureError(f"yamltrace: output {key!r}: {e}") from None
+                self._append(key, values, value, transform, path)
                 continue
             if not is_tuple:
                 value = output
@@ -95,12 +130,12 @@ class Collector:
             if key == "hidden_states":
                 if initial and len(values) == self.starts[key]:
                     first_input = args[0] if args else next(iter(kwargs.values()), None)
-                    self._append(key, values, first_input, transform)
+                    self._append(key, values, first_input, transform, path + ":input")
                 if value is not None:
-                    self._append(key, values, value, transform)
+                    self._append(key, values, value, transform, path)
             elif value is not None or not is_tuple:
                 # A None element of a tuple is skipped; a module that returned None itself is kept.
-                self._append(key, values, value, transform)
+                self._append(key, values, value, transform, path)
 
 
 def install_hooks(plan: HookPlan, session: Any) -> Interception:

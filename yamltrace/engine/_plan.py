@@ -17,7 +17,8 @@ from torch import nn
 from torch.compiler import is_compiling
 from torch.nn.modules.module import register_module_module_registration_hook
 
-from ._collector import Entry, HookPlan, transform_of
+from ._collector import Entry, HookPlan, entry_of
+from ._devices import require_devices
 from ._recorder import OutputRecorder, normalize_output_map
 
 __all__ = ["HookPlan", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
@@ -148,6 +149,7 @@ def plan_hooks(
             _stats[0] += 1
             return plan
     _stats[1] += 1
+    require_devices(tasks)
     generation = _generation
     plan, visited = _walk(root, tasks, wanted, nested_maps)
     cached[cache_key] = _CachedPlan(generation, visited, plan)
@@ -191,7 +193,7 @@ def _checks(
 ) -> tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]:
     """For each task whose key is wanted: its recorder's `matches` and the plan entry it adds."""
     return tuple(
-        (recorder.matches, (key, recorder.index, recorder.capture_initial_hidden_state, transform_of(recorder)))
+        (recorder.matches, entry_of(key, recorder))
         for key, recorder in tasks
         if wanted is None or key in wanted
     )

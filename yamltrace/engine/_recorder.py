@@ -15,6 +15,8 @@ from typing import Any, Union
 import torch
 from torch import nn
 
+from ._positions import normalize_input, normalize_positions
+
 __all__ = ["OutputRecorder", "RecorderLike", "CaptureMap", "CAPTURE_DTYPES", "normalize_output_map", "normalized_tasks", "default_index"]
 
 # The dtypes a capture may be cast to, by the name a spec writes.
@@ -42,9 +44,17 @@ class OutputRecorder:
         to: record captured tensors moved to this device (`"cpu"`, `"cuda:0"`, ...).
         dtype: record captured tensors cast to this floating dtype (a `torch.dtype` or its name in
             `CAPTURE_DTYPES`, stored as the `torch.dtype`).
+        input: record an argument of the module's forward instead of its output: a positional index
+            or a keyword name (`index` and `capture_initial_hidden_state` then do not apply).
+        positions: token positions to keep along `seq_dim`: ints (negative allowed; one int or a
+            list) or a slice text such as `"-8:"` (a `slice` is stored as its text). Only the kept
+            positions are retained: the selection is copied out of the module's tensor.
+        seq_dim: the sequence dimension `positions` selects along (default 1: `[batch, seq, ...]`).
+        optional: the modules it hooks exist only in some configurations (cross-attention, an
+            optional tower): matching no module is not an error for a strict `trace`.
 
-    Without `detach`, `to` and `dtype`, a capture is the very tensor the module returned (a reference,
-    no copy); each option applies to tensors only, after `layers` selection.
+    Without `detach`, `to`, `dtype` and `positions`, a capture is the very tensor the module returned
+    (a reference, no copy); each option applies to tensors only, after `layers` selection.
     """
 
     target_class: type[nn.Module] | None = None
@@ -57,6 +67,10 @@ class OutputRecorder:
     detach: bool = False
     to: str | None = None
     dtype: torch.dtype | None = None
+    input: int | str | None = None
+    positions: tuple[int, ...] | str | None = None
+    seq_dim: int = 1
+    optional: bool = False
 
     def __post_init__(self) -> None:
         if self.target_class is None and self.class_name is None:
@@ -70,12 +84,17 @@ class OutputRecorder:
             if not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
                 raise TypeError(f"OutputRecorder.layers must be a sequence of ints, got {self.layers!r}.")
             object.__setattr__(self, "layers", layers)
-        if not isinstance(self.detach, bool):
-            raise TypeError(f"OutputRecorder.detach must be a bool, got {self.detach!r}.")
+        for flag in ("detach", "optional"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"OutputRecorder.{flag} must be a bool, got {getattr(self, flag)!r}.")
         if self.to is not None:
             object.__setattr__(self, "to", _device_name(self.to))
         if self.dtype is not None:
             object.__setattr__(self, "dtype", _capture_dtype(self.dtype))
+        object.__setattr__(self, "input", normalize_input(self.input))
+        object.__setattr__(self, "positions", normalize_positions(self.positions))
+        if not isinstance(self.seq_dim, int) or isinstance(self.seq_dim, bool):
+            raise TypeError(f"OutputRecorder.seq_dim must be an int, got {self.seq_dim!r}.")
 
     def matches(self, module: nn.Module, path: str) -> bool:
         """Whether `module`, found at dotted `path` (leading dot, `""` for the root), is hooked."""

@@ -38,14 +38,22 @@ _UNSET = object()
 
 
 class Session:
-    """One capture's collector, and whether it records the call being made now (`recording()`)."""
+    """One capture's collector, and whether it records the call being made now (`recording()`).
 
-    __slots__ = ("collector", "block", "open")
+    A trace block also keeps `scopes`, the stack of its capture scopes (see `_scopes`, by their number
+    in the trace) running now in the context that records: hooks of a scope record only while it is
+    the innermost (`records_into`), so a nested scope shadows its parent, as a nested decorated forward
+    does in transformers. Numbers, not objects: torch.compile guards on them by value, so a new block
+    reuses the graphs compiled for the previous one.
+    """
+
+    __slots__ = ("collector", "block", "open", "scopes")
 
     def __init__(self, collector: Collector, *, block: bool) -> None:
         self.collector = collector
         self.block = block  # a trace block (True) or a decorated forward (False)
         self.open = True
+        self.scopes: list[int] = []
 
     def recording(self) -> bool:
         """Whether hooks record into this session for the current call (see the module docstring)."""
@@ -54,6 +62,11 @@ class Session:
         if is_compiling():
             return self.open
         return self in _open_blocks.get()
+
+    def records_into(self, scope: int) -> bool:
+        """Whether hooks of scope number `scope` record for the current call: the block records and
+        that scope is the innermost of its scopes running."""
+        return self.recording() and bool(self.scopes) and self.scopes[-1] == scope
 
     def enter(self) -> Token[Any]:
         """Start recording in this context; pass the token to `exit`."""

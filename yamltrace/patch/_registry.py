@@ -1,8 +1,10 @@
 """The patch mapping: class name or regex -> replacement `nn.Module` class, and its lookup rules.
 
 The rules are transformers 5.x's (`transformers.monkey_patching`): an exact class name beats a regex;
-otherwise keys are tried as regexes with `re.search`, in registration order; an invalid regex never
-matches. The process-wide registry exists because that API demands it; it is guarded by a lock, and
+otherwise keys are tried as regexes with `search`, in registration order; an invalid regex never
+matches. Regexes run on RE2 (linear time, see `yamltrace.spec._patterns`), so no key can hang a
+lookup; a key RE2 cannot run (a backreference or lookaround, which only Python code can register: a
+spec's keys are vetted when it is validated) runs on Python's `re`. The process-wide registry exists because that API demands it; it is guarded by a lock, and
 every function that reads it also takes an explicit mapping or a `Spec` instead.
 """
 
@@ -16,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
 from torch import nn
+
+from ..spec._patterns import Pattern, PatternError, compile_pattern
 
 __all__ = [
     "PatchRegistry",
@@ -36,12 +40,16 @@ MappingLike = Union[Mapping[str, type], Any, None]
 
 
 @functools.lru_cache(maxsize=1024)
-def _compile(pattern: str) -> re.Pattern[str] | None:
-    """The compiled regex for `pattern`, or None when it is not a valid regex (cached either way)."""
+def _compile(pattern: str) -> Pattern | None:
+    """The compiled regex for `pattern` (RE2 when it can run it), or None when it is not a valid regex."""
+    try:
+        return compile_pattern(pattern)
+    except PatternError:
+        pass
     try:
         return re.compile(pattern)
-    except re.error as error:
-        logger.warning("Patch pattern %r is not a valid regex (%s); it matches exact class names only.", pattern, error)
+    except (re.error, OverflowError, RecursionError, ValueError) as error:
+        logger.warning("Patch pattern %r is not a valid regex (%s); it matches exact class names only.", pattern[:100], error)
         return None
 
 

@@ -1,26 +1,93 @@
-"""Model class -> `Spec`: export the capture map a model declares, as a spec file would write it."""
+"""Model class or instance -> `Spec`: the capture maps a model declares, as a spec file would write them.
+
+A model whose forward carries the capture decorator exports its own map as the top-level `outputs`.
+A model that holds decorated models (a task head over its base model, an encoder-decoder, a
+composite of towers) exports one scope per decorated submodule, so the spec captures what
+`trace(model)` captures. A recorder that matches no module of the exported model is written
+`optional: true`: it exists only in some configurations (cross-attention, an optional tower).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
+import torch
 from torch import nn
 
-from ..engine import CaptureMap, decorator_tie_last
-from ._resolve import Spec
+from ..engine import OutputRecorder, decorated_paths, decorator_tie_last, normalize_output_map, own_output_map, scope_modules
+from ._resolve import Spec, SpecScope
 
 __all__ = ["spec_from_model"]
 
 
-def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
-    """Export a model's `_can_record_outputs` (yamltrace's or transformers') as a Spec.
+def _own_map(module: nn.Module | type) -> Mapping[str, Any]:
+    output_map = own_output_map(module) if isinstance(module, nn.Module) else getattr(module, "_can_record_outputs", None)
+    return output_map if isinstance(output_map, Mapping) else {}
 
-    The capture decorator's `tie_last_hidden_states=False` on the model's `forward` becomes the option
-    `tie_last_hidden_states: false`.
+
+def _options(module: nn.Module | type) -> dict[str, Any]:
+    return {"tie_last_hidden_states": False} if decorator_tie_last(module) is False else {}
+
+
+def _on_meta(cls: type[nn.Module]) -> nn.Module | None:
+    """`cls` built from its default config on the meta device (no weight memory), or None if it cannot be."""
+    config_class = getattr(cls, "config_class", None)
+    if config_class is None:
+        return None
+    try:
+        with torch.device("meta"):
+            return cls(config_class())
+    except Exception:  # a class whose default config does not build: exported from the class alone
+        return None
+
+
+def _marked(model: nn.Module, scope: str, scopes: list[str], output_map: Mapping[str, Any]) -> dict[str, list[OutputRecorder]]:
+    """The scope's recorders, each marked optional when it matches no module of its subtree."""
+    modules = scope_modules(model, scope, scopes)
+    marked: dict[str, list[OutputRecorder]] = {}
+    for key, recorder in normalize_output_map(output_map):
+        if not any(recorder.matches(module, path) for path, module in modules):
+            recorder = dataclasses.replace(recorder, optional=True)
+        marked.setdefault(key, []).append(recorder)
+    return marked
+
+
+def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
+    """Export the capture maps of a model (yamltrace's or transformers') as a Spec.
+
+    Given a class, the model is built from its default config on the meta device to find its
+    decorated submodules; given an instance, that instance's structure (and configuration) is used.
+    The capture decorator's `tie_last_hidden_states=False` becomes the option
+    `tie_last_hidden_states: false` (of the scope it belongs to).
     """
     model_cls = cls_or_model if isinstance(cls_or_model, type) else type(cls_or_model)
-    output_map: CaptureMap | None = getattr(cls_or_model, "_can_record_outputs", None)
-    if not isinstance(output_map, Mapping) or not output_map:
+    model = cls_or_model if isinstance(cls_or_model, nn.Module) else _on_meta(model_cls)
+    if model is None:
+        # Without an instance only a decorated class's own map is known to be what trace captures.
+        if not _own_map(model_cls):
+            raise ValueError(
+                f"{model_cls.__name__} declares no _can_record_outputs, so there is no spec to export (if it holds "
+                "models that do, pass an instance: spec_from_model(model))."
+            )
+        if decorator_tie_last(model_cls) is None:
+            raise ValueError(
+                f"{model_cls.__name__} cannot be built from its default config on the meta device, and its forward "
+                "has no capture decorator, so the models it holds are unknown; pass an instance: spec_from_model(model)."
+            )
+        return Spec(outputs=_own_map(model_cls), options=_options(model_cls), model=model_cls.__name__)
+    scopes = decorated_paths(model) or [""]
+    outputs: dict[str, list[OutputRecorder]] = {}
+    options: dict[str, Any] = {}
+    sections: dict[str, SpecScope] = {}
+    for path in scopes:
+        module = model.get_submodule(path)
+        recorders = _marked(model, path, scopes, _own_map(module))
+        if path == "":
+            outputs, options = recorders, _options(module)
+        else:
+            sections[path] = SpecScope(recorders, _options(module))
+    if not outputs and not any(scope.outputs for scope in sections.values()):
         raise ValueError(f"{model_cls.__name__} declares no _can_record_outputs, so there is no spec to export.")
-    options = {"tie_last_hidden_states": False} if decorator_tie_last(model_cls) is False else {}
-    return Spec(outputs=output_map, options=options, model=model_cls.__name__)
+    return Spec(outputs=outputs, options=options, model=model_cls.__name__, scopes=sections)

@@ -3,6 +3,11 @@
 A source is a path, YAML text or bytes (read by `_yaml`), or a Python mapping (copied as plain data).
 A spec may `extends` a base file; the base's entries merge under the extending file's (see
 `MERGED_SECTIONS`), and every issue keeps the location, in its own file, where it was written.
+
+`extends` is confined: a base is named by a relative path and must lie, symlinks resolved, inside the
+directory of the spec that was read first (for a checkpoint: its folder; for text or a mapping: the
+current directory), and a chain holds at most `MAX_EXTENDS_DEPTH` files. The byte and node budgets
+(`_limits.Budget`) count the whole chain, so extending does not multiply what a spec may cost.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SpecError, SpecIssue, format_json_path
+from ._limits import MAX_EXTENDS_DEPTH, MAX_NODES, Budget
 from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_, read_file, read_text
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "MERGED_SECTIONS", "Location", "SpecDocument", "read_spec_document"]
 
 # Top-level sections that `extends` merges per key; every other key is replaced by the extending file.
-MERGED_SECTIONS = ("outputs", "options", "patches")
+MERGED_SECTIONS = ("outputs", "options", "patches", "scopes")
 
 
 @dataclass(frozen=True)
@@ -54,25 +60,35 @@ class SpecDocument:
 
 
 
-def _plain(value: Any, path: Path_, issues: list[SpecIssue]) -> Any:
+def _plain(value: Any, path: Path_, issues: list[SpecIssue], budget: Budget) -> Any:
     """A copy of a Python mapping source as plain data; keys must be text, values YAML-like."""
     if len(path) > MAX_DEPTH:
         issues.append(SpecIssue(f"nesting is deeper than {MAX_DEPTH} levels", format_json_path(path), "<mapping>"))
+        return None
+    budget.nodes -= 1
+    if budget.nodes < 0:
+        if budget.nodes == -1:
+            issues.append(SpecIssue(f"the spec has more than {MAX_NODES} nodes (MAX_NODES)", format_json_path(path), "<mapping>"))
         return None
     if isinstance(value, Mapping):
         result = {}
         for key, item in value.items():
             if isinstance(key, str):
-                result[key] = _plain(item, (*path, key), issues)
+                result[key] = _plain(item, (*path, key), issues, budget)
             else:
-                issues.append(SpecIssue(f"mapping keys must be text, got {key!r}", format_json_path(path), "<mapping>"))
+                issues.append(SpecIssue(f"mapping keys must be text, got {_short_repr(key)}", format_json_path(path), "<mapping>"))
         return result
     if isinstance(value, (list, tuple)):
-        return [_plain(item, (*path, i), issues) for i, item in enumerate(value)]
+        return [_plain(item, (*path, i), issues, budget) for i, item in enumerate(value)]
     if value is None or isinstance(value, (str, int, float)):
         return value
     issues.append(SpecIssue(f"{type(value).__name__} is not allowed; {ALLOWED}", format_json_path(path), "<mapping>"))
     return None
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _merge(base: Part, child: Part) -> Part:
@@ -104,32 +120,58 @@ def _merge(base: Part, child: Part) -> Part:
     return merged
 
 
-def _extend(part: Part, base_dir: str, seen: frozenset[str], max_bytes: int) -> Part:
-    """Read `part`'s `extends` base (recursively, refusing cycles) and merge `part` over it."""
-    if "extends" not in part.data:
-        return part
-    ref = part.data.pop("extends")
-    where = part.values.get(("extends",))
+@dataclass(frozen=True)
+class _Chain:
+    """What every file of one `extends` chain shares: the folder it is confined to, and the budgets."""
 
-    def fail(message: str) -> SpecError:
-        issue = where.issue(message, "$.extends") if where else SpecIssue(message, "$.extends", part.file or "<mapping>")
-        return SpecError([issue])
+    root: str
+    max_bytes: int
+    budget: Budget
 
-    if not isinstance(ref, str) or not ref.strip():
-        raise fail("extends must be the path of a base spec file, relative to this one")
-    target = os.path.join(base_dir, ref)
-    display = os.path.normpath(os.path.join(os.path.dirname(part.file), ref) if part.file else ref)
-    try:
-        real = os.path.realpath(target)
-        exists = os.path.exists(target)
-    except (OSError, ValueError):
-        raise fail(f"{ref!r} is not a usable path") from None
-    if real in seen:
-        raise fail(f"extends cycle: {' -> '.join((*part.chain, display))}; remove one of these extends")
-    if not exists:
-        raise fail(f"base spec {ref!r} not found (looked for {display})")
-    base = read_file(target, display, max_bytes, (*part.chain, display))
-    return _merge(_extend(base, os.path.dirname(target), seen | {real}, max_bytes), part)
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> Part:
+    """Read `part`'s `extends` base (iteratively, refusing cycles, escapes and long chains) and merge `part` over it."""
+    parts = [part]
+    while "extends" in part.data:
+        ref = part.data.pop("extends")
+        where = part.values.get(("extends",))
+
+        def fail(message: str, part: Part = part, where: Location | None = where) -> SpecError:
+            issue = where.issue(message, "$.extends") if where else SpecIssue(message, "$.extends", part.file or "<mapping>")
+            return SpecError([issue])
+
+        if not isinstance(ref, str) or not ref.strip():
+            raise fail("extends must be the path of a base spec file, relative to this one")
+        if len(parts) >= MAX_EXTENDS_DEPTH:
+            raise fail(f"the extends chain is longer than {MAX_EXTENDS_DEPTH} files (MAX_EXTENDS_DEPTH); merge some of them")
+        if "\0" in ref or os.path.isabs(ref) or ref.startswith("~"):
+            raise fail(f"extends {_short_repr(ref)} must be a path relative to this file, inside {chain.root}")
+        target = os.path.join(base_dir, ref)
+        display = os.path.normpath(os.path.join(os.path.dirname(part.file), ref) if part.file else ref)
+        try:
+            real = os.path.realpath(target)
+        except (OSError, ValueError):
+            raise fail(f"{_short_repr(ref)} is not a usable path") from None
+        if not _inside(real, chain.root):
+            raise fail(
+                f"extends {_short_repr(ref)} leaves the spec's folder {chain.root} (paths and symlinks are "
+                "resolved); a base spec must lie inside it"
+            )
+        if real in seen:
+            raise fail(f"extends cycle: {' -> '.join((*part.chain, display))}; remove one of these extends")
+        if not os.path.exists(real):
+            raise fail(f"base spec {_short_repr(ref)} not found (looked for {display})")
+        part = read_file(real, display, chain.max_bytes, (*part.chain, display), chain.budget)
+        parts.append(part)
+        base_dir, seen = os.path.dirname(real), seen | {real}
+    merged = parts.pop()
+    while parts:
+        merged = _merge(merged, parts.pop())
+    return merged
 
 
 def _names_file(text: str) -> bool:
@@ -146,21 +188,22 @@ def read_spec_document(
     file), YAML text, UTF-8 bytes, or a mapping. `extends` is resolved relative to the file (to the
     current directory for text and mappings). Nothing is imported and the schema is not checked here.
     """
+    budget = Budget(bytes=max_bytes)
     if isinstance(source, Mapping):
         issues: list[SpecIssue] = []
-        part = Part(None, ("<mapping>",), data=_plain(source, (), issues))
+        part = Part(None, ("<mapping>",), data=_plain(source, (), issues, budget))
         if issues:
             raise SpecError(issues)
         base_dir, seen = os.getcwd(), frozenset()
     elif isinstance(source, os.PathLike) or isinstance(source, str) and _names_file(source):
         display = os.fsdecode(os.fspath(source))
-        part = read_file(display, display, max_bytes, (display,))
-        base_dir, seen = os.path.dirname(display), frozenset({os.path.realpath(display)})
+        part = read_file(display, display, max_bytes, (display,), budget)
+        base_dir, seen = os.path.dirname(os.path.realpath(display)), frozenset({os.path.realpath(display)})
     elif isinstance(source, (str, bytes)):
-        part = read_text(source, max_bytes, None, ("<string>",))
+        part = read_text(source, max_bytes, None, ("<string>",), budget)
         base_dir, seen = os.getcwd(), frozenset()
     else:
         raise SpecError.single(f"cannot read a spec from {type(source).__name__}; pass a path, YAML text, bytes or a mapping")
-    part = _extend(part, base_dir, seen, max_bytes)
+    part = _extend(part, base_dir, seen, _Chain(os.path.realpath(base_dir), max_bytes, budget))
     files = tuple(dict.fromkeys(where.file for where in part.values.values() if where.file))
     return SpecDocument(part.data, part.file, files or ((part.file,) if part.file else ()), part.values, part.keys)

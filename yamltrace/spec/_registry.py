@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import itertools
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 from typing import Any, TypeVar, overload
 
-from ..errors import SpecError, did_you_mean
+from ..errors import MAX_HINT_CHOICES, SpecError, did_you_mean
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -38,7 +39,7 @@ ENTRY_POINT_GROUP = "yamltrace.classes"
 # Packages whose modules a spec may import without consent: torch, and yamltrace itself.
 ALWAYS_ALLOWED_ROOTS = frozenset({"torch", "yamltrace"})
 
-_MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _QUALNAME = _MODULE_NAME
 
 C = TypeVar("C", bound=type)
@@ -171,6 +172,7 @@ class ClassRegistry:
         policy: ImportPolicy = ImportPolicy(),
         model_module: str | None = None,
         subclass_of: type | None = None,
+        hints: bool = True,
     ) -> type:
         """The class `name` refers to; `SpecError` if it cannot be found, is not allowed, or is not a class.
 
@@ -180,11 +182,13 @@ class ClassRegistry:
             policy: which modules may be imported.
             model_module: the module of the model the spec is applied to, searched last for a bare name.
             subclass_of: the base class the result must derive from (checked on the resolved object).
+            hints: whether an error may suggest close names (off once a spec has many errors: the work
+                of finding them is bounded per spec, not only per name).
         """
         key = (name, tuple(imports), policy, model_module)
         cls = self._cache.get(key)
         if cls is None or cls.__module__ not in sys.modules:  # a forgotten module is resolved (and consented) again
-            cls = self._resolve(name, key[1], policy, model_module)
+            cls = self._resolve(name, key[1], policy, model_module, hints)
             self._cache[key] = cls
         if subclass_of is not None and not issubclass(cls, subclass_of):
             raise SpecError.single(
@@ -193,32 +197,41 @@ class ClassRegistry:
             )
         return cls
 
-    def _resolve(self, name: str, imports: tuple[str, ...], policy: ImportPolicy, model_module: str | None) -> type:
+    def _resolve(self, name: str, imports: tuple[str, ...], policy: ImportPolicy, model_module: str | None, hints: bool) -> type:
         registered = self.get(name)
         if registered is not None:
             return registered
         if ":" in name:
             module_name, _, qualname = name.partition(":")
-            return self._from_path(name, module_name, qualname, policy)
+            return self._from_path(name, module_name, qualname, policy, hints)
         if "." in name:
             module_name, _, qualname = name.rpartition(".")
-            return self._from_path(name, module_name, qualname, policy)
-        return self._from_imports(name, imports, policy, model_module)
+            return self._from_path(name, module_name, qualname, policy, hints)
+        return self._from_imports(name, imports, policy, model_module, hints)
 
-    def _from_path(self, name: str, module_name: str, qualname: str, policy: ImportPolicy) -> type:
-        if not _MODULE_NAME.match(module_name) or not _QUALNAME.match(qualname):
+    def _hint(self, word: str, modules: Iterable[ModuleType], hints: bool) -> str:
+        """A did-you-mean over registered names and the modules' classes, the candidates bounded."""
+        if not hints:
+            return ""
+        names = itertools.chain(self.list(), (n for module in modules for n in _class_names(module)))
+        return did_you_mean(word, itertools.islice(names, MAX_HINT_CHOICES), n=3)
+
+    def _from_path(self, name: str, module_name: str, qualname: str, policy: ImportPolicy, hints: bool) -> type:
+        if not _MODULE_NAME.fullmatch(module_name) or not _QUALNAME.fullmatch(qualname):
             raise SpecError.single(f"{name!r} is not a class reference: use 'package.module:ClassName'.")
         module = import_module(module_name, policy)
         obj: Any = module
         for part in qualname.split("."):
             if not hasattr(obj, part):
-                hint = did_you_mean(part, self.list() + _class_names(module), n=3) or "."
+                hint = self._hint(part, [module], hints) or "."
                 raise SpecError.single(f"module {module_name!r} has no attribute {qualname!r}{hint}")
             obj = getattr(obj, part)
         return _require_class(name, obj)
 
-    def _from_imports(self, name: str, imports: tuple[str, ...], policy: ImportPolicy, model_module: str | None) -> type:
-        if not _QUALNAME.match(name):
+    def _from_imports(
+        self, name: str, imports: tuple[str, ...], policy: ImportPolicy, model_module: str | None, hints: bool
+    ) -> type:
+        if not _QUALNAME.fullmatch(name):
             raise SpecError.single(f"{name!r} is not a class name.")
         search_order = list(dict.fromkeys([*imports, *([model_module] if model_module else [])]))
         searched: list[ModuleType] = []
@@ -228,23 +241,33 @@ class ClassRegistry:
             if hasattr(module, name):
                 return _require_class(name, getattr(module, name))
         where = ", ".join(repr(m) for m in search_order) or "no modules (add the class's module to `imports`)"
-        candidates = self.list() + [n for m in searched for n in _class_names(m)]
         raise SpecError.single(
-            f"class {name!r} not found; searched the registered names and modules {where}{did_you_mean(name, candidates, n=3) or '.'}"
+            f"class {name!r} not found; searched the registered names and modules {where}{self._hint(name, searched, hints) or '.'}"
         )
 
 
 def import_module(module_name: str, policy: ImportPolicy) -> ModuleType:
-    """Import `module_name` if `policy` allows it; `SpecError` otherwise or if the import fails."""
-    if not _MODULE_NAME.match(module_name):
-        raise SpecError.single(f"{module_name!r} is not a module name.")
+    """Import `module_name` if `policy` allows it; `SpecError` otherwise or if the import fails.
+
+    A `__main__` module is never imported (importing one runs a program, which may exit the process),
+    and anything the import raises, `SystemExit` included, becomes a SpecError; only KeyboardInterrupt
+    passes through.
+    """
+    if not _MODULE_NAME.fullmatch(module_name):
+        raise SpecError.single(f"{module_name[:100]!r} is not a module name.")
+    if "__main__" in module_name.split("."):
+        raise SpecError.single(
+            f"{module_name!r} is a __main__ module: importing it runs a program; a spec may import only library modules."
+        )
     if not policy.allows(module_name):
         raise SpecError.single(policy.refusal(module_name))
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         raise SpecError.single(f"cannot import module {module_name!r}: {e}.") from e
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit & co. from a module's import-time code
         raise SpecError.single(f"importing module {module_name!r} failed: {type(e).__name__}: {e}") from e
 
 
@@ -262,8 +285,8 @@ def _describe(obj: Any) -> str:
     return f"an instance of {type(obj).__qualname__}"
 
 
-def _class_names(module: ModuleType) -> list[str]:
-    return [n for n, v in vars(module).items() if isinstance(v, type) and not n.startswith("_")]
+def _class_names(module: ModuleType) -> Iterator[str]:
+    return (n for n, v in list(vars(module).items()) if isinstance(v, type) and not n.startswith("_"))
 
 
 default_registry = ClassRegistry()

@@ -17,15 +17,17 @@ from typing import Any
 import yaml
 from torch import nn
 
+from .. import specs
 from ..engine import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map
-from ..errors import SpecError, SpecIssue
+from ..errors import MAX_ISSUES, SpecError, SpecIssue, format_json_path
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument
 from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
-from ._schema import SCHEMA_ID, validate_spec
+from ._schema import SCHEMA_ID, checked_document
 
-__all__ = ["PatchEntry", "Spec", "load_spec"]
+__all__ = ["PatchEntry", "Spec", "SpecScope", "load_spec"]
 
 _DEFAULT_LAYERS_KEY = OutputRecorder.__dataclass_fields__["num_hidden_layers_key"].default
+_DEFAULT_SEQ_DIM = OutputRecorder.__dataclass_fields__["seq_dim"].default
 _DTYPE_NAMES = {dtype: name for name, dtype in CAPTURE_DTYPES.items()}
 
 
@@ -43,12 +45,36 @@ class PatchEntry:
     device: str | None = None
 
 
+def _grouped(outputs: Any) -> Mapping[str, tuple[OutputRecorder, ...]]:
+    """A `_can_record_outputs`-style map as a read-only map of key -> tuple of OutputRecorder."""
+    grouped: dict[str, tuple[OutputRecorder, ...]] = {key: () for key in outputs}
+    for key, recorder in normalize_output_map(outputs):
+        grouped[key] += (recorder,)
+    return MappingProxyType(grouped)
+
+
+@dataclass(frozen=True)
+class SpecScope:
+    """The recorders of one submodule's subtree (a capture scope): they record into its own captures,
+    tied at its exit with its options (see docs/spec-format.md, "Scopes")."""
+
+    outputs: Mapping[str, tuple[OutputRecorder, ...]]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outputs", _grouped(self.outputs))
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+
 @dataclass(frozen=True)
 class Spec:
-    """A resolved capture spec: output recorders per key, patch entries, options. Immutable.
+    """A resolved capture spec: output recorders per key, scopes, patch entries, options. Immutable.
 
     `outputs` accepts anything a `_can_record_outputs` map accepts and stores read-only tuples of
-    `OutputRecorder`; `source` (the file it came from) does not take part in equality.
+    `OutputRecorder`; they apply to the whole model (the root scope). `scopes` maps a submodule path
+    (`model`, `model.encoder`) to the `SpecScope` of its subtree. `source` (the file it came from) and
+    `locations` (where each recorder is written: `(scope path, key, position)` -> a `SpecIssue`
+    without message) do not take part in equality.
     """
 
     outputs: Mapping[str, tuple[OutputRecorder, ...]]
@@ -57,15 +83,25 @@ class Spec:
     source: str | None = field(default=None, compare=False)
     model: str | None = None
     imports: tuple[str, ...] = ()
+    scopes: Mapping[str, SpecScope] = field(default_factory=dict)
+    locations: Mapping[tuple[str, str, int], SpecIssue] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        grouped: dict[str, tuple[OutputRecorder, ...]] = {key: () for key in self.outputs}
-        for key, recorder in normalize_output_map(self.outputs):
-            grouped[key] += (recorder,)
-        object.__setattr__(self, "outputs", MappingProxyType(grouped))
+        object.__setattr__(self, "outputs", _grouped(self.outputs))
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        scopes = {path: s if isinstance(s, SpecScope) else SpecScope(**s) for path, s in self.scopes.items()}
+        object.__setattr__(self, "scopes", MappingProxyType(scopes))
+        object.__setattr__(self, "locations", MappingProxyType(dict(self.locations)))
         for name in ("patches", "imports"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def where(self, scope: str, key: str, position: int) -> SpecIssue:
+        """Where the recorder at `position` of `key` (in `scope`, "" for `outputs`) is written."""
+        found = self.locations.get((scope, key, position))
+        if found is not None:
+            return found
+        prefix = ("scopes", scope) if scope else ()
+        return SpecIssue("", format_json_path((*prefix, "outputs", key, position)), self.source)
 
     def capture_map(self) -> dict[str, list[OutputRecorder]]:
         """The outputs as a fresh `_can_record_outputs`-style dict."""
@@ -82,11 +118,13 @@ class Spec:
             document["model"] = self.model
         if self.imports:
             document["imports"] = list(self.imports)
-        outputs = {}
-        for key, recorders in self.outputs.items():
-            written = [_recorder_to_data(key, r, registry) for r in recorders]
-            outputs[key] = written[0] if len(written) == 1 else written
-        document["outputs"] = outputs
+        if self.outputs or not self.scopes:
+            document["outputs"] = _outputs_to_data(self.outputs, registry)
+        if self.scopes:
+            document["scopes"] = {
+                path: {"outputs": _outputs_to_data(scope.outputs, registry), **({"options": dict(scope.options)} if scope.options else {})}
+                for path, scope in self.scopes.items()
+            }
         if self.options:
             document["options"] = dict(self.options)
         if self.patches:
@@ -111,6 +149,15 @@ def _class_ref(cls: type, registry: ClassRegistry) -> str:
     return name
 
 
+def _outputs_to_data(outputs: Mapping[str, tuple[OutputRecorder, ...]], registry: ClassRegistry) -> dict[str, Any]:
+    """An `outputs` section as YAML data (a single recorder is written without a list)."""
+    data = {}
+    for key, recorders in outputs.items():
+        written = [_recorder_to_data(key, r, registry) for r in recorders]
+        data[key] = written[0] if len(written) == 1 else written
+    return data
+
+
 def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistry) -> str | dict[str, Any]:
     """A recorder as YAML data: a bare class reference when every field has its default, else an object."""
     if recorder.target_class is not None and recorder.class_name is not None:
@@ -122,7 +169,12 @@ def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistr
     if target is not None and recorder == OutputRecorder(target_class=recorder.target_class, index=default_index(key)):
         return target
     data: dict[str, Any] = {"target": target} if target is not None else {"class_name": recorder.class_name}
-    data["index"] = recorder.index
+    if recorder.input is None:
+        data["index"] = recorder.index
+    elif recorder.index != default_index(key):
+        raise ValueError(f"Output {key!r}: a recorder that records an input cannot also set index={recorder.index}.")
+    else:
+        data["input"] = recorder.input
     if recorder.layer_name is not None:
         data["layer_name"] = recorder.layer_name
     if not recorder.capture_initial_hidden_state:
@@ -137,6 +189,12 @@ def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistr
         data["to"] = recorder.to
     if recorder.dtype is not None:
         data["dtype"] = _DTYPE_NAMES[recorder.dtype]
+    if recorder.positions is not None:
+        data["positions"] = recorder.positions if isinstance(recorder.positions, str) else list(recorder.positions)
+    if recorder.seq_dim != _DEFAULT_SEQ_DIM:
+        data["seq_dim"] = recorder.seq_dim
+    if recorder.optional:
+        data["optional"] = True
     return data
 
 
@@ -150,6 +208,7 @@ class _Resolver:
         self.model_cls = None if for_model is None else (for_model if isinstance(for_model, type) else type(for_model))
         self.issues: list[SpecIssue] = []
         self.imports: tuple[str, ...] = ()
+        self.locations: dict[tuple[str, str, int], SpecIssue] = {}
 
     def fail(self, path: tuple[str | int, ...], message: str, *, at_key: bool = False) -> None:
         """Record a problem located at the YAML node of `path` (its key with `at_key`)."""
@@ -164,6 +223,7 @@ class _Resolver:
                 policy=self.policy,
                 model_module=None if self.model_cls is None else self.model_cls.__module__,
                 subclass_of=nn.Module,
+                hints=len(self.issues) < MAX_ISSUES,
             )
         except SpecError as e:
             for issue in e.issues:
@@ -175,7 +235,11 @@ class _Resolver:
         data = self.document.data
         self.check_model(data.get("model"))
         self.import_modules(data.get("imports", []))
-        outputs = {key: self.recorders(key, value) for key, value in data.get("outputs", {}).items()}
+        outputs = self.outputs(data.get("outputs", {}), ())
+        scopes = {
+            path: SpecScope(self.outputs(value.get("outputs", {}), ("scopes", path)), value.get("options", {}))
+            for path, value in data.get("scopes", {}).items()
+        }
         patches = [self.patch(pattern, value) for pattern, value in data.get("patches", {}).items()]
         if self.issues:
             raise SpecError(self.issues)
@@ -186,6 +250,8 @@ class _Resolver:
             source=self.document.file,
             model=data.get("model"),
             imports=tuple(data.get("imports", [])),
+            scopes=scopes,
+            locations=self.locations,
         )
 
     def check_model(self, model: str | None) -> None:
@@ -207,14 +273,24 @@ class _Resolver:
                 self.fail(("imports", i), e.issues[0].message)
         self.imports = tuple(loaded)
 
-    def recorders(self, key: str, value: Any) -> tuple[OutputRecorder, ...]:
-        """The recorders of one output key (one recorder or a list of them)."""
+    def outputs(self, section: Mapping[str, Any], prefix: tuple[str, ...]) -> dict[str, tuple[OutputRecorder, ...]]:
+        """The recorders of an `outputs` section (top level, or of the scope `prefix` names)."""
+        return {key: self.recorders(key, value, prefix) for key, value in section.items()}
+
+    def recorders(self, key: str, value: Any, prefix: tuple[str, ...] = ()) -> tuple[OutputRecorder, ...]:
+        """The recorders of one output key (one recorder or a list of them); remembers where each is written."""
         if isinstance(value, list):
-            located = [(("outputs", key, i), v) for i, v in enumerate(value)]
+            located = [((*prefix, "outputs", key, i), v) for i, v in enumerate(value)]
         else:
-            located = [(("outputs", key), value)]
-        found = [self.recorder(key, v, path) for path, v in located]
-        return tuple(r for r in found if r is not None)
+            located = [((*prefix, "outputs", key), value)]
+        found = []
+        scope = str(prefix[1]) if prefix else ""
+        for path, v in located:
+            recorder = self.recorder(key, v, path)
+            if recorder is not None:
+                self.locations[(scope, key, len(found))] = self.document.issue(path, "")
+                found.append(recorder)
+        return tuple(found)
 
     def recorder(self, key: str, value: str | dict[str, Any], path: tuple[str | int, ...]) -> OutputRecorder | None:
         """A class reference (default index for `key`) or a recorder mapping, as an OutputRecorder."""
@@ -239,17 +315,17 @@ class _Resolver:
                 detach=value.get("detach", False),
                 to=value.get("to"),
                 dtype=value.get("dtype"),
+                input=value.get("input"),
+                positions=value.get("positions"),
+                seq_dim=value.get("seq_dim", _DEFAULT_SEQ_DIM),
+                optional=value.get("optional", False),
             )
         except (TypeError, ValueError) as e:
             self.fail(path, str(e))
             return None
 
     def patch(self, pattern: str, value: str | dict[str, Any]) -> PatchEntry | None:
-        """One patch entry: the pattern must compile, the replacement must be an nn.Module subclass."""
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            self.fail(("patches", pattern), f"{pattern!r} is not a valid regular expression: {e}.", at_key=True)
+        """One patch entry: the replacement must be an nn.Module subclass (patterns are checked with the schema)."""
         replace_with = value if isinstance(value, str) else value["replace_with"]
         path = ("patches", pattern) if isinstance(value, str) else ("patches", pattern, "replace_with")
         replacement = self.resolve(replace_with, path)
@@ -270,7 +346,8 @@ def load_spec(
     """Read, validate and resolve a spec; raises one `SpecError` listing every problem, located.
 
     Args:
-        source: a path, YAML text or bytes, a mapping, or a `Spec` (returned as is).
+        source: a path, YAML text or bytes, a mapping, a `Spec` (returned as is), or `"builtin:<name>"`
+            for a spec of the library (`yamltrace.specs.list()`).
         trust_imports: allow importing any module the spec names. Without it, only modules already
             imported, under torch or yamltrace, or under `for_model`'s top-level package are imported.
         for_model: the model class or instance the spec will be applied to; its package becomes an
@@ -281,6 +358,11 @@ def load_spec(
     """
     if isinstance(source, Spec):
         return source
-    document = validate_spec(source, max_bytes=max_bytes)
+    if isinstance(source, str) and source.startswith(specs.PREFIX):
+        # A shipped spec (yamltrace's own file): the transformers modules it names may be imported.
+        source, trust_imports = specs.path(source), True
+    document, issues = checked_document(source, max_bytes=max_bytes)
     policy = ImportPolicy.for_model(for_model, trust=trust_imports)
-    return _Resolver(document, registry or default_registry, policy, for_model).spec()
+    resolver = _Resolver(document, registry or default_registry, policy, for_model)
+    resolver.issues.extend(issues)  # reserved keys, recorder fields, patch keys: reported with the rest
+    return resolver.spec()

@@ -20,9 +20,11 @@ import jsonschema
 from jsonschema.exceptions import ValidationError
 
 from ..errors import SpecError, SpecIssue, did_you_mean
+from ._limits import recorder_issues, size_issues, unique_key
+from ._patterns import PatternError, compile_pattern
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument, read_spec_document
 
-__all__ = ["SCHEMA_ID", "SCHEMA_FILE", "load_schema", "schema_issues", "validate_spec"]
+__all__ = ["SCHEMA_ID", "SCHEMA_FILE", "checked_document", "load_schema", "schema_issues", "validate_spec"]
 
 SCHEMA_ID = "https://yamltrace.dev/schemas/yamltrace-spec-v1.schema.json"
 SCHEMA_FILE = "yamltrace-spec-v1.schema.json"
@@ -47,8 +49,23 @@ def _validator() -> jsonschema.protocols.Validator:
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
     )
-    cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
+    cls = jsonschema.validators.extend(
+        jsonschema.Draft202012Validator, {"uniqueItems": _unique_items}, type_checker=checker
+    )
     return cls(_schema())
+
+
+def _unique_items(validator: Any, unique: bool, instance: Any, schema: Mapping[str, Any]) -> Any:
+    """`uniqueItems` in linear time (jsonschema compares every pair when items cannot be sorted)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: dict[str, int] = {}
+    for i, item in enumerate(instance):
+        key = unique_key(float(item) if isinstance(item, int) and not isinstance(item, bool) else item)
+        if key in seen:
+            yield ValidationError(f"{_show(item)} is listed twice (items {seen[key]} and {i}); keep one")
+            return
+        seen[key] = i
 
 
 def _show(value: Any) -> str:
@@ -102,10 +119,57 @@ def _issues_for(error: ValidationError, document: SpecDocument) -> list[SpecIssu
     return [document.issue(path, message)]
 
 
-def schema_issues(document: SpecDocument) -> list[SpecIssue]:
-    """Every way `document` breaks the schema, each located at its YAML node (an unknown key: at the key)."""
-    issues = [issue for error in _validator().iter_errors(document.data) for issue in _issues_for(error, document)]
+def _patch_key_issues(document: SpecDocument) -> list[SpecIssue]:
+    """Patch keys that are not linear-time patterns a spec may use (see `_patterns`)."""
+    patches = document.data.get("patches")
+    issues = []
+    for key in patches if isinstance(patches, Mapping) else ():
+        try:
+            compile_pattern(key)
+        except PatternError as e:
+            issues.append(document.issue(("patches", key), str(e), at_key=True))
+    return issues
+
+
+def content_issues(document: SpecDocument) -> list[SpecIssue]:
+    """What a schema-valid document may still get wrong: reserved output keys, recorder fields, patch keys."""
+    issues: list[SpecIssue] = []
+    recorder_issues(document.data, lambda path, message: issues.append(document.issue(path, message)))
+    return issues + _patch_key_issues(document)
+
+
+def _sorted(issues: list[SpecIssue]) -> list[SpecIssue]:
     return sorted(set(issues), key=lambda i: (i.file or "", i.line or 0, i.column or 0, i.json_path, i.message))
+
+
+def structure_issues(document: SpecDocument) -> list[SpecIssue]:
+    """Every way `document` breaks a size limit or the schema; a document over a size limit is not given to jsonschema."""
+    issues: list[SpecIssue] = []
+    size_issues(document.data, lambda path, message: issues.append(document.issue(path, message)))
+    if not issues:
+        issues = [issue for error in _validator().iter_errors(document.data) for issue in _issues_for(error, document)]
+    return _sorted(issues)
+
+
+def schema_issues(document: SpecDocument) -> list[SpecIssue]:
+    """Every way `document` breaks the schema or a limit, each located at its YAML node (an unknown key: at the key)."""
+    issues = structure_issues(document)
+    return issues if issues else _sorted(content_issues(document))
+
+
+def checked_document(
+    source: str | bytes | os.PathLike[str] | Mapping[str, Any] | SpecDocument, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[SpecDocument, list[SpecIssue]]:
+    """`source` read and checked for structure (SpecError if that fails), with its content issues.
+
+    `load_spec` reports content issues together with what resolving the classes finds; `validate_spec`
+    raises them. Both therefore refuse the same specs.
+    """
+    document = source if isinstance(source, SpecDocument) else read_spec_document(source, max_bytes=max_bytes)
+    issues = structure_issues(document)
+    if issues:
+        raise SpecError(issues)
+    return document, content_issues(document)
 
 
 def validate_spec(
@@ -115,8 +179,7 @@ def validate_spec(
 
     Returns the validated document; raises SpecError listing every problem, each located.
     """
-    document = source if isinstance(source, SpecDocument) else read_spec_document(source, max_bytes=max_bytes)
-    issues = schema_issues(document)
+    document, issues = checked_document(source, max_bytes=max_bytes)
     if issues:
         raise SpecError(issues)
     return document

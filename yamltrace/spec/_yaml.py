@@ -14,7 +14,8 @@ A spec is data that may arrive with a downloaded checkpoint, so reading it is de
   integers without leading zeros and decimal floats with a dot or an exponent are numbers. Everything
   else (`on`, `no`, `yes`, `off`, `0o17`, `0x1F`, `1_000`, `012`, dates, `.inf`) stays text exactly
   as written, and mapping keys are always the text as written (an output named `on` stays `"on"`).
-- the input is capped at `max_bytes` (1 MiB by default) and must be UTF-8.
+- the input is capped at `max_bytes` (256 KiB by default, for the whole `extends` chain) and must be
+  UTF-8. Every limit is in `_limits`.
 """
 
 from __future__ import annotations
@@ -31,13 +32,10 @@ from yaml.events import AliasEvent, StreamEndEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..errors import SpecError, SpecIssue, format_json_path
+from ._limits import DEFAULT_MAX_BYTES, HIDDEN_LINE_BREAKS, MAX_DEPTH, MAX_INTEGER_DIGITS, MAX_NODES, Budget
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "ALLOWED", "Location", "Part", "noted", "read_file", "read_text"]
 
-DEFAULT_MAX_BYTES = 1 << 20
-# Nesting a spec needs is about 5 levels; the cap keeps composing far from the recursion limit.
-MAX_DEPTH = 64
-# Top-level sections that `extends` merges per key; every other key is replaced by the extending file.
 Path_ = tuple[str | int, ...]
 
 _TAG = "tag:yaml.org,2002:"
@@ -61,9 +59,10 @@ class _SpecLoader(yaml.SafeLoader):
 
     yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, budget: Budget | None = None) -> None:
         super().__init__(text)
         self._depth = 0
+        self._budget = budget or Budget()
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         event = self.peek_event()
@@ -73,6 +72,10 @@ class _SpecLoader(yaml.SafeLoader):
             raise _Refused(f"anchors (&{event.anchor}) are not allowed in a spec; write the value out", event.start_mark)
         if self._depth >= MAX_DEPTH:
             raise _Refused(f"nesting is deeper than {MAX_DEPTH} levels; a spec needs only a few", event.start_mark)
+        if self._budget.nodes <= 0:
+            message = f"the spec has more than {MAX_NODES} YAML nodes (MAX_NODES, over the whole extends chain)"
+            raise _Refused(message, event.start_mark)
+        self._budget.nodes -= 1
         self._depth += 1
         try:
             return super().compose_node(parent, index)
@@ -179,6 +182,8 @@ class Part:
             return None
         if tag == _BOOL and value in _TRUE | _FALSE:
             return value in _TRUE
+        if tag == _INT and len(value) > MAX_INTEGER_DIGITS + 1 and _INT_RE.fullmatch(value):
+            return self.fail(node.start_mark, path, f"number {value[:20]}... has over {MAX_INTEGER_DIGITS} digits (MAX_INTEGER_DIGITS), so it is too long")
         try:
             if tag == _INT and _INT_RE.fullmatch(value):
                 return int(value)
@@ -221,11 +226,28 @@ def _too_big(max_bytes: int, file: str | None, chain: tuple[str, ...]) -> SpecEr
     return SpecError([noted(SpecIssue(message, "$", file), chain)])
 
 
-def _parse(text: str, file: str | None, chain: tuple[str, ...]) -> Part:
+def _hidden_line_break(text: str, file: str | None, chain: tuple[str, ...]) -> SpecError | None:
+    """A SpecError at the first NEL, LINE SEPARATOR or PARAGRAPH SEPARATOR of `text`, or None."""
+    found = [i for i in (text.find(c) for c in HIDDEN_LINE_BREAKS) if i >= 0]
+    if not found:
+        return None
+    at = min(found)
+    line, column = text.count("\n", 0, at) + 1, at - (text.rfind("\n", 0, at) + 1) + 1
+    message = (
+        f"{HIDDEN_LINE_BREAKS[text[at]]} is a line break to YAML but not to most editors, so it could hide a "
+        "line from a reviewer; use a plain newline"
+    )
+    return SpecError([noted(SpecIssue(message, "$", file, line, column), chain)])
+
+
+def _parse(text: str, file: str | None, chain: tuple[str, ...], budget: Budget | None = None) -> Part:
     """Compose and build one YAML document; raises SpecError for YAML errors and refused constructs."""
     part = Part(file, chain)
+    hidden = _hidden_line_break(text, file, chain)
+    if hidden is not None:
+        raise hidden
     try:
-        root = _SpecLoader(text).compose_single()
+        root = _SpecLoader(text, budget).compose_single()
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         message = e.problem or e.context or "invalid YAML"
@@ -251,16 +273,20 @@ def _parse(text: str, file: str | None, chain: tuple[str, ...]) -> Part:
     return part
 
 
-def read_text(text: str | bytes, max_bytes: int, file: str | None, chain: tuple[str, ...]) -> Part:
+def read_text(
+    text: str | bytes, max_bytes: int, file: str | None, chain: tuple[str, ...], budget: Budget | None = None
+) -> Part:
+    """Parse one document of at most `max_bytes` (and of what is left of `budget`, shared by an extends chain)."""
+    budget = budget or Budget(bytes=max_bytes)
     size = len(text) if isinstance(text, bytes) or len(text) > max_bytes else len(text.encode("utf-8", "surrogatepass"))
-    if size > max_bytes:
+    if size > max_bytes or not budget.spend_bytes(size):
         raise _too_big(max_bytes, file, chain)
     if isinstance(text, bytes):
         text = _decode(text, file, chain)
-    return _parse(text, file, chain)
+    return _parse(text, file, chain, budget)
 
 
-def read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...]) -> Part:
+def read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...], budget: Budget | None = None) -> Part:
     """Read a regular file (never a FIFO or device, which could block) of at most `max_bytes`."""
 
     def fail(message: str) -> SpecError:
@@ -282,5 +308,5 @@ def read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...]) -
         raise fail("not a regular file; a spec must be a YAML file")
     if info.st_size > max_bytes or len(raw) > max_bytes:
         raise _too_big(max_bytes, display, chain)
-    return read_text(raw, max_bytes, display, chain)
+    return read_text(raw, max_bytes, display, chain, budget)
 

@@ -178,9 +178,9 @@ def test_size_is_capped_for_text_bytes_and_files(tmp_path: Path) -> None:
     assert read_spec_document(text, max_bytes=len(text)).data == {"a": "x" * 100}
 
 
-def test_default_cap_is_one_mebibyte() -> None:
-    comment = "#" + "x" * (1 << 20) + "\n"
-    assert messages("a: 1\n" + comment) == ["<string>: $: the spec is larger than 1048576 bytes; pass a larger max_bytes= to read it"]
+def test_default_cap_is_256_kibibytes() -> None:
+    comment = "#" + "x" * (256 << 10) + "\n"
+    assert messages("a: 1\n" + comment) == ["<string>: $: the spec is larger than 262144 bytes; pass a larger max_bytes= to read it"]
 
 
 def test_multibyte_text_is_measured_in_bytes() -> None:

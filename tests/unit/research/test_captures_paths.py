@@ -1,0 +1,104 @@
+"""Captured values know their module: `Captures.paths`, `by_path` and `stack`, per step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from yamltrace.engine import OutputRecorder
+from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyMLP
+from yamltrace.tracing import trace
+
+
+def test_paths_name_each_value_as_named_modules_does(tiny, input_ids) -> None:
+    with trace(tiny, {"hidden_states": TinyDecoderLayer, "mlp": OutputRecorder(TinyMLP, index=0)}) as captures:
+        tiny(input_ids)
+    layers = tiny.config.num_hidden_layers
+    assert captures.paths("hidden_states") == ("layers.0:input", *(f"layers.{i}" for i in range(layers)))
+    assert captures.paths("mlp") == tuple(f"layers.{i}.mlp" for i in range(layers))
+    modules = dict(tiny.named_modules())
+    for path in captures.paths("mlp"):
+        assert isinstance(modules[path], TinyMLP)
+
+
+def test_by_path_maps_paths_to_the_captured_values(tiny, input_ids) -> None:
+    with trace(tiny, {"attentions": TinyAttention}) as captures:
+        tiny(input_ids)
+    found = captures.by_path("attentions")
+    assert list(found) == [f"layers.{i}.self_attn" for i in range(tiny.config.num_hidden_layers)]
+    for value, expected in zip(found.values(), captures["attentions"]):
+        assert value is expected
+
+
+def test_by_path_omits_positions_left_out_by_layers(tiny, input_ids) -> None:
+    with trace(tiny, {"mlp": OutputRecorder(TinyMLP, index=0, layers=(0, -1))}) as captures:
+        tiny(input_ids)
+    assert list(captures.by_path("mlp")) == ["layers.0.mlp", "layers.3.mlp"]
+    assert captures.paths("mlp")[1] == "layers.1.mlp" and captures["mlp"][1] is None
+
+
+def test_stack_gives_one_tensor_per_layer(tiny, input_ids) -> None:
+    with trace(tiny, {"hidden_states": OutputRecorder(TinyDecoderLayer, index=0, positions=[-1])}) as captures:
+        tiny(input_ids)
+    stacked = captures.stack("hidden_states")
+    assert stacked.shape == (tiny.config.num_hidden_layers + 1, 2, 1, 32)
+    for row, value in zip(stacked, captures["hidden_states"]):
+        assert torch.equal(row, value)
+
+
+def test_stack_of_differing_shapes_names_each_path_and_shape(tiny, input_ids) -> None:
+    spec = {"mixed": [OutputRecorder(TinyMLP, index=0), OutputRecorder(nn.Linear, layer_name="gate_proj", index=0)]}
+    with trace(tiny, spec) as captures:
+        tiny(input_ids)
+    with pytest.raises(ValueError, match=r"differ in shape \(layers\.0\.mlp\.gate_proj: \(2, 7, 64\); layers\.0\.mlp: \(2, 7, 32\)"):
+        captures.stack("mixed")
+
+
+def test_steps_are_kept_apart(tiny, input_ids) -> None:
+    with trace(tiny, {"mlp": OutputRecorder(TinyMLP, index=0)}) as captures:
+        tiny(input_ids)
+        tiny(input_ids[:, :3])
+    assert len(captures.steps) == 2
+    with pytest.raises(ValueError, match=r"the trace has 2 steps; pass step=i"):
+        captures.by_path("mlp")
+    with pytest.raises(ValueError, match=r"the trace has 2 steps"):
+        captures.stack("mlp")
+    assert captures.stack("mlp", step=1).shape == (tiny.config.num_hidden_layers, 2, 3, 32)
+    assert captures.stack("mlp", step=-2).shape == (tiny.config.num_hidden_layers, 2, 7, 32)
+    assert captures.paths("mlp", step=0) == captures.paths("mlp", step=1)
+    assert len(captures.paths("mlp")) == 2 * tiny.config.num_hidden_layers
+    with pytest.raises(IndexError, match="step 2 out of range"):
+        captures.paths("mlp", step=2)
+
+
+def test_a_failed_step_leaves_no_paths_behind(tiny, input_ids) -> None:
+    def fail(module, args):
+        raise RuntimeError("failed on purpose")
+
+    with trace(tiny, {"mlp": OutputRecorder(TinyMLP, index=0)}) as captures:
+        handle = tiny.layers[2].register_forward_pre_hook(fail)
+        with pytest.raises(RuntimeError, match="on purpose"):
+            tiny(input_ids)  # fails after two MLPs were recorded
+        handle.remove()
+        tiny(input_ids)
+    assert len(captures.paths("mlp")) == len(captures["mlp"]) == tiny.config.num_hidden_layers
+
+
+def test_a_module_called_twice_has_no_single_value() -> None:
+    shared = nn.Linear(3, 3)
+    net = nn.Sequential(shared, nn.ReLU(), shared)
+    with trace(net, {"linear": OutputRecorder(nn.Linear, index=0)}) as captures:
+        net(torch.ones(1, 3))
+    assert captures.paths("linear") == ("0", "0")
+    with pytest.raises(ValueError, match=r"module 0 produced more than one value"):
+        captures.by_path("linear")
+
+
+def test_unknown_key_and_empty_stack_are_errors(tiny, input_ids) -> None:
+    with trace(tiny, {"mlp": OutputRecorder(TinyMLP, index=0, layers=(99,))}) as captures:
+        tiny(input_ids)
+    with pytest.raises(KeyError, match="'mpl' was not traced"):
+        captures.by_path("mpl")
+    with pytest.raises(ValueError, match=r"nothing was captured for 'mlp'"):
+        captures.stack("mlp")

@@ -1,0 +1,90 @@
+"""Scoped specs: `scopes` and `optional` read, validate and write back; composites export and round-trip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import assert_same
+from helpers_scopes import EncoderDecoder, Head, Outer, build
+from yamltrace.errors import SpecError
+from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer
+from yamltrace.spec import load_spec, spec_from_model, validate_spec
+from yamltrace.tracing import trace
+
+SCOPED = """\
+yamltrace: 1
+imports: [yamltrace.examples.tiny]
+scopes:
+  model:
+    outputs:
+      hidden_states: TinyDecoderLayer
+      attentions: {target: TinyAttention, optional: true}
+    options: {tie_last_hidden_states: false}
+"""
+
+
+def test_scopes_load_with_their_options_and_write_back_equal() -> None:
+    spec = load_spec(SCOPED)
+    assert not spec.outputs and list(spec.scopes) == ["model"]
+    scope = spec.scopes["model"]
+    assert scope.outputs["hidden_states"][0].target_class is TinyDecoderLayer
+    assert scope.outputs["attentions"][0].optional and scope.outputs["attentions"][0].target_class is TinyAttention
+    assert dict(scope.options) == {"tie_last_hidden_states": False}
+    assert spec.where("model", "attentions", 0).line == 7
+    assert load_spec(spec.to_yaml()) == spec
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("scopes: {'model/enc': {outputs: {}}}", r"\$.scopes\['model/enc'\]: key 'model/enc' does not match"),
+        ("scopes: {model: {options: {}}}", "outputs"),
+        ("outputs: {a: {target: X, optional: 1}}", "not of type 'boolean'"),
+    ],
+)
+def test_schema_rejects_bad_scopes(text: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        validate_spec(f"yamltrace: 1\n{text}\n")
+
+
+def test_a_scope_option_turns_tie_last_off_for_that_scope(input_ids) -> None:
+    head = build(Head)
+    with torch.no_grad(), trace(head, SCOPED) as captures:
+        head(input_ids)
+    pre_norm = head.model.layers[-1](captures["hidden_states"][-2])
+    assert torch.equal(captures["hidden_states"][-1], pre_norm)
+
+
+def test_a_missing_scope_is_a_located_error(input_ids) -> None:
+    with pytest.raises(SpecError, match=r":6:\d+: .*has no submodule 'model'.*"):
+        with trace(build(Outer), SCOPED):
+            pass
+
+
+@pytest.mark.parametrize("cls", [Head, Outer, EncoderDecoder], ids=lambda c: c.__name__)
+def test_composites_export_and_round_trip_to_the_same_captures(cls, input_ids) -> None:
+    model = build(cls)
+    spec = spec_from_model(model)
+    loaded = load_spec(spec.to_yaml(), for_model=model)
+    assert loaded == spec
+    with torch.no_grad():
+        with trace(model) as own:
+            model(input_ids)
+        with trace(model, loaded) as exported:
+            model(input_ids)
+    assert list(exported) == list(own)
+    for key in own:
+        assert_same(exported[key], own[key], key)
+
+
+def test_export_writes_one_scope_per_decorated_model_and_marks_what_is_absent_optional() -> None:
+    spec = spec_from_model(build(EncoderDecoder))
+    assert not spec.outputs and list(spec.scopes) == ["encoder", "decoder"]
+    assert [r.optional for rs in spec.scopes["decoder"].outputs.values() for r in rs] == [False, False, False]
+    head = spec_from_model(Head)  # a class: built on the meta device from its default config
+    assert list(head.scopes) == ["model"] and not head.outputs
+    with pytest.raises(ValueError, match=r"pass an instance: spec_from_model\(model\)"):
+        spec_from_model(EncoderDecoder)  # no config class, no decorator: its structure is unknown
+    outer = spec_from_model(build(Outer))
+    assert list(outer.outputs) == ["hidden_states", "attentions"] and list(outer.scopes) == ["tower"]

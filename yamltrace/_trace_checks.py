@@ -1,0 +1,192 @@
+"""What `trace` checks so that no capture is silently empty: dead recorders, unapplied patches, no tensor.
+
+- `check_recorders`: every non-optional recorder of an explicit spec hooks at least one module of its
+  scope; otherwise a `SpecError` located at the recorder (file:line), naming the closest classes or
+  module paths (a warning with `strict=False`).
+- `check_patches`: `trace` does not apply a spec's patches; a spec whose patches would still replace a
+  module of the model is an error saying how to apply them (`patch_model`, `from_pretrained`).
+- `warn_no_tensor`: a key whose modules ran but returned `None` where the recorder reads (attention
+  weights under SDPA) warns once per model, naming `attn_implementation="eager"`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from torch import nn
+
+from .engine import OutputRecorder, scope_modules
+from .errors import SpecError, SpecIssue
+from .spec import PatchEntry, Spec
+
+__all__ = ["check_recorders", "check_patches", "patch_targets", "retarget_to_patches", "warn_no_tensor", "dead_hints"]
+
+
+def _closest(word: str, choices: Iterable[str]) -> list[str]:
+    return difflib.get_close_matches(word, sorted(set(choices)), n=3, cutoff=0.5)
+
+
+def dead_hints(recorder: OutputRecorder, modules: list[tuple[str, nn.Module]]) -> str:
+    """The closest module classes (for a target class) or path suffixes (for a class_name) in a scope."""
+    if recorder.target_class is not None:
+        close = _closest(recorder.target_class.__name__, (type(m).__name__ for _, m in modules))
+        return f"; closest classes: {', '.join(close)}" if close else ""
+    name = (recorder.class_name or "").strip(".")
+    classed = [p for p, m in modules if type(m).__name__ == name]
+    if classed:
+        return (
+            f"; {name} is the class of {classed[0]}{' and others' if len(classed) > 1 else ''}: a class_name (a plain "
+            f"string in a dict spec) is a module path suffix; to hook by class, write {{target: {name}}} (the class)"
+        )
+    suffixes = {"." + ".".join(p.split(".")[-n:]) for p, _ in modules if p for n in (1, 2)}
+    close = _closest(recorder.class_name or "", suffixes)
+    return f"; closest module paths: {', '.join(close)}" if close else ""
+
+
+def _describe(recorder: OutputRecorder) -> str:
+    what = f"class {recorder.target_class.__name__}" if recorder.target_class is not None else f"path suffix {recorder.class_name!r}"
+    return what + (f" with layer_name {recorder.layer_name!r}" if recorder.layer_name else "")
+
+
+def _spec_sections(spec: Spec) -> list[tuple[str, Mapping[str, tuple[OutputRecorder, ...]]]]:
+    sections = [("", spec.outputs)] if spec.outputs or not spec.scopes else []
+    return sections + [(path, scope.outputs) for path, scope in spec.scopes.items()]
+
+
+def check_recorders(
+    model: nn.Module,
+    spec: Spec,
+    present: Mapping[str, Any],
+    *,
+    strict: bool = True,
+    checked: Callable[[str, str], bool] | None = None,
+) -> None:
+    """Raise (or warn, with `strict=False`) when a non-optional recorder of `spec` matches no module.
+
+    `present` maps each scope path to its module, or to None when the model has no such submodule;
+    `checked(scope, key)`, when given, says which keys to check.
+    """
+    paths = [p for p, _ in _spec_sections(spec)]
+    issues = []
+    for scope, outputs in _spec_sections(spec):
+        if scope not in present:
+            continue
+        modules = None if present[scope] is None else scope_modules(model, scope, paths)
+        for key, recorders in outputs.items():
+            if checked is not None and not checked(scope, key):
+                continue
+            for position, recorder in enumerate(recorders):
+                if recorder.optional:
+                    continue
+                if modules is None:
+                    close = _closest(scope, (p for p, _ in model.named_modules() if p))
+                    hint = f"; closest module paths: {', '.join(close)}" if close else ""
+                    message = f"{type(model).__name__} has no submodule {scope!r}, so the scope's recorders record nothing{hint}"
+                elif any(recorder.matches(module, path) for path, module in modules):
+                    continue
+                else:
+                    where = f" under {scope!r}" if scope else ""
+                    message = (
+                        f"output {key!r}: the recorder of {_describe(recorder)} matches no module of "
+                        f"{type(model).__name__}{where}{dead_hints(recorder, modules)}"
+                    )
+                message += ". Fix the recorder, mark it `optional: true` if the module exists only in some configurations, or trace with strict=False."
+                issues.append(dataclasses.replace(spec.where(scope, key, position), message=message))
+    if not issues:
+        return
+    if strict:
+        raise SpecError(issues)
+    warnings.warn(str(SpecError(issues)), stacklevel=4)
+
+
+def _entry_for(name: str, patches: tuple[PatchEntry, ...]) -> PatchEntry | None:
+    """The patch entry selecting class `name`: an exact pattern wins, then each as a regex in order."""
+    for entry in patches:
+        if entry.pattern == name:
+            return entry
+    for entry in patches:
+        try:
+            if re.search(entry.pattern, name):
+                return entry
+        except re.error:
+            continue
+    return None
+
+
+def patch_targets(model: nn.Module, spec: Spec) -> list[tuple[PatchEntry, list[str]]]:
+    """For each patch entry, the paths of the modules whose class it selects (as patch_model would)."""
+    targets: dict[int, list[str]] = {id(entry): [] for entry in spec.patches}
+    for path, module in model.named_modules():
+        entry = _entry_for(type(module).__name__, spec.patches)
+        if entry is not None:
+            targets[id(entry)].append(path or "<root>")
+    return [(entry, targets[id(entry)]) for entry in spec.patches]
+
+
+def _device_type(model: nn.Module) -> str:
+    parameter = next(model.parameters(), None)
+    return "cpu" if parameter is None else parameter.device.type
+
+
+def check_patches(model: nn.Module, spec: Spec) -> None:
+    """`SpecError` when the spec's patches would still replace modules of the model (trace applies none)."""
+    if not spec.patches:
+        return
+    device, issues = _device_type(model), []
+    for path, module in model.named_modules():
+        entry = _entry_for(type(module).__name__, spec.patches)
+        if entry is None or isinstance(module, entry.replacement) or entry.device not in (None, device):
+            continue
+        issues.append(
+            SpecIssue(
+                f"trace does not apply a spec's patches, and {path or '<root>'} ({type(module).__name__}) would "
+                f"become {entry.replacement.__name__}. Apply them first: `handle = yamltrace.patch_model(model, spec)` "
+                "(undo with `handle.remove()`), or load the model with `yamltrace.from_pretrained(cls, path, spec=spec)`.",
+                f"$.patches[{entry.pattern!r}]",
+                spec.source,
+            )
+        )
+    if issues:
+        raise SpecError(issues[:1] if len({i.json_path for i in issues}) == 1 else issues)
+
+
+def retarget_to_patches(spec: Spec) -> Spec:
+    """The spec with each recorder's target class swapped for its patch replacement, as
+    `patch_output_recorders` does for a model's own maps (the model is patched: `check_patches`)."""
+    if not spec.patches:
+        return spec
+
+    def retarget(outputs: Mapping[str, tuple[OutputRecorder, ...]]) -> dict[str, list[OutputRecorder]]:
+        result = {}
+        for key, recorders in outputs.items():
+            result[key] = []
+            for r in recorders:
+                entry = None if r.target_class is None else _entry_for(r.target_class.__name__, spec.patches)
+                result[key].append(r if entry is None else dataclasses.replace(r, target_class=entry.replacement))
+        return result
+
+    scopes = {path: dataclasses.replace(s, outputs=retarget(s.outputs)) for path, s in spec.scopes.items()}
+    return dataclasses.replace(spec, outputs=retarget(spec.outputs), scopes=scopes)
+
+
+_warned: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def warn_no_tensor(model: nn.Module, lists: Mapping[str, list[Any]]) -> None:
+    """Warn (once per model) when a key's modules ran but none returned a tensor where it reads."""
+    empty = [name for name, values in lists.items() if all(v is None for v in values)]
+    if not empty or model in _warned:
+        return
+    _warned.add(model)
+    warnings.warn(
+        f"trace: {', '.join(map(repr, empty))} recorded no tensor although the modules ran: they returned None where "
+        "the recorder reads (attention weights under SDPA or flash attention are not computed). Load the model with "
+        'attn_implementation="eager" (or set `model.config._attn_implementation = "eager"`) to capture them.',
+        stacklevel=4,
+    )

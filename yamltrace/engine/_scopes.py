@@ -1,0 +1,103 @@
+"""Capture scopes: the parts of a model that keep their own captures, as transformers' decorated forwards do.
+
+In transformers a base model's decorated forward (`capture_outputs`) opens its own collector: the
+modules it runs record into it, a nested decorated forward shadows it, modules run outside any
+decorated forward record nothing, and the last hidden state is tied at the decorated forward's exit
+with that model's own setting. A *scope* is such a submodule, named by its dotted path ("" for the
+root). `trace` records per scope and ties at each scope's *tie points*; this module says which
+submodules are scopes and tie points, and how the captures of several scopes are named.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+
+from torch import nn
+
+from ._session import decorator_tie_last
+
+__all__ = ["decorated_paths", "is_under", "outermost", "tie_points", "exposed_names", "scope_label", "scope_modules"]
+
+
+def decorated_paths(model: nn.Module) -> list[str]:
+    """Dotted paths ("" for the root) of the modules whose forward carries a capture decorator
+    (yamltrace's or transformers' `capture_outputs`), in `named_modules` order."""
+    return [path for path, module in model.named_modules() if _is_decorated(type(module))]
+
+
+def _is_decorated(cls: type) -> bool:
+    """Whether the class's forward carries a capture decorator (memoised per class: a class's forward
+    is not expected to change; a class whose forward an instance overrides is read from the class)."""
+    decorated = _DECORATED.get(cls)
+    if decorated is None:
+        decorated = _DECORATED[cls] = decorator_tie_last(cls) is not None
+    return decorated
+
+
+_DECORATED: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def is_under(path: str, scope: str) -> bool:
+    """Whether the module at `path` is `scope` or lies in its subtree."""
+    return scope == "" or path == scope or path.startswith(scope + ".")
+
+
+def outermost(paths: Iterable[str]) -> list[str]:
+    """The paths that lie in no other path's subtree, in the given order."""
+    paths = list(paths)
+    return [p for p in paths if not any(q != p and is_under(p, q) for q in paths)]
+
+
+def tie_points(scope: str, decorated: Sequence[str], scopes: Sequence[str]) -> list[str]:
+    """Where a scope ties its last hidden state: the decorated modules of its subtree that are not
+    inside a nested scope, else the scope module itself."""
+    nested = [s for s in scopes if s != scope and is_under(s, scope)]
+    points = [p for p in decorated if is_under(p, scope) and not any(is_under(p, s) for s in nested)]
+    return points or [scope]
+
+
+def scope_label(path: str, others: Iterable[str]) -> str:
+    """The prefix a scope's keys get when several scopes record one key: the last component of its
+    path (`encoder`), or the whole path with `_` for dots when that last component is not unique."""
+    last = path.rpartition(".")[2]
+    if sum(1 for other in others if other.rpartition(".")[2] == last) > 1:
+        return path.replace(".", "_")
+    return last
+
+
+def exposed_names(keys: Mapping[str, Sequence[str]], hooked: Mapping[str, set[str]]) -> dict[tuple[str, str], str]:
+    """The name each (scope, key) is exposed under, for the outermost scopes of a trace.
+
+    `keys` maps each scope path to its output keys, `hooked` each scope path to the keys whose
+    recorders hook at least one of its modules. A key of one scope keeps its name; a key several
+    scopes declare keeps it for the one scope that hooks modules for it (the encoder of an
+    encoder-decoder has no cross-attention modules: the decoder's are `cross_attentions`); a key
+    several scopes hook is `<label>_<key>` for each (`encoder_hidden_states`, `decoder_hidden_states`,
+    as transformers names them in a sequence-to-sequence output). Keys no scope hooks are named
+    after the first scope that declares them.
+    """
+    paths = list(keys)
+    names: dict[tuple[str, str], str] = {}
+    for key in dict.fromkeys(k for path in paths for k in keys[path]):
+        declaring = [path for path in paths if key in keys[path]]
+        hooking = [path for path in declaring if key in hooked.get(path, ())]
+        if len(hooking) > 1:
+            for path in hooking:
+                names[(path, key)] = f"{scope_label(path, paths)}_{key}"
+        else:
+            names[((hooking or declaring)[0], key)] = key
+    return names
+
+
+def scope_modules(model: nn.Module, scope: str, nested: Iterable[str]) -> list[tuple[str, nn.Module]]:
+    """(path relative to the scope module with a leading dot, module) of a scope's subtree, nested
+    scopes left out: the paths a recorder's `matches` sees."""
+    module = model.get_submodule(scope)
+    nested = [n for n in nested if n != scope and is_under(n, scope)]
+    found = []
+    for path, child in module.named_modules():
+        full = f"{scope}.{path}" if scope and path else (path or scope)
+        if not any(is_under(full, n) for n in nested):
+            found.append((f".{path}" if path else "", child))
+    return found
