@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench fidelity clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider
+
+# The architecture sweep over every transformers class that records outputs (~15-20 min on 2 cores).
+fidelity: $(VENV)/.test
+	HF_HUB_OFFLINE=1 PYTHONPATH=tests $(BIN)/python -m oracle.sweep --jobs 2 --out docs/fidelity.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

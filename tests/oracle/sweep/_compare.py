@@ -1,0 +1,241 @@
+"""Build one tiny model and compare yamltrace's captures with what the model itself returns.
+
+The reference is one forward with every flag of the class's map on (`output_<key>=True`, and
+`output_attentions` for cross/mask-decoder attentions). The variants:
+  a  `yamltrace.trace(model)` around a forward without flags;
+  b  `yamltrace.trace(model, load_spec(spec_from_model(cls).to_yaml()))`, same forward;
+  c  the forward code under yamltrace's decorators (see `_redecorate`), with the reference's flags.
+Every tensor is compared with `torch.equal`; the seed is reset before every forward, so models that
+draw random numbers in eval mode (masking, noise) draw the same ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._configs import LEVELS, tiny_config
+from ._enumerate import Target
+from ._inputs import build_inputs
+from ._redecorate import redecorate
+
+__all__ = ["Built", "Result", "VARIANTS", "build", "output_keys", "reference", "run_variant", "compare_target", "StageError"]
+
+VARIANTS = ("a", "b", "c")
+VARIANT_NAMES = {
+    "a": "trace(model)",
+    "b": "trace(model, load_spec(spec_from_model(cls).to_yaml()))",
+    "c": "forward re-decorated with yamltrace's decorators",
+}
+SEED = 0
+
+
+@dataclass
+class Built:
+    """A tiny model, its inputs, its output keys and the reference outputs (one per key, or None)."""
+
+    target: Target
+    model: nn.Module
+    inputs: dict[str, torch.Tensor]
+    keys: list[str]
+    expected: dict[str, Any]
+    level: str = "small"
+
+
+@dataclass
+class Result:
+    """What happened to one class. `status` is "compared" or the stage that failed."""
+
+    target: str
+    family: str
+    name: str
+    status: str
+    reason: str = ""
+    level: str = ""  # the shrinking level the model was built at
+    keys: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # map keys the model's own output does not return
+    variants: dict[str, str] = field(default_factory=dict)  # variant -> "equal" | "differs: ..." | "error: ..."
+
+
+def short(error: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(error).split())
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}"
+
+
+def output_keys(model_cls: type) -> list[str]:
+    """The keys of the class's `_can_record_outputs`, in declaration order."""
+    return list(getattr(model_cls, "_can_record_outputs", None) or {})
+
+
+def flags(keys: list[str]) -> dict[str, bool]:
+    requested = {f"output_{key}": True for key in keys}
+    if {"cross_attentions", "mask_decoder_attentions"} & set(keys):
+        requested["output_attentions"] = True
+    return requested
+
+
+NESTED = "<nested>"  # the reference's entry listing nested outputs that carry the map's keys
+
+
+def _field(output: Any, key: str) -> Any:
+    """`output[key]` for a ModelOutput or dict (None when absent), else the attribute."""
+    if hasattr(output, "keys") and hasattr(output, "get"):
+        return output.get(key)
+    return getattr(output, key, None)
+
+
+def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]) -> dict[str, Any]:
+    """The model's own output with every flag on: key -> its value (None when not returned at the top);
+    under `NESTED`, the fields of the output that hold a nested output carrying one of the keys."""
+    torch.manual_seed(SEED)
+    with torch.no_grad():
+        output = model(**inputs, **flags(keys))
+    found = {key: _field(output, key) for key in keys}
+    found[NESTED] = [
+        name for name in (output.keys() if hasattr(output, "keys") else ())
+        if any(_field(output[name], key) is not None for key in keys) and hasattr(output[name], "keys")
+    ]
+    return found
+
+
+class StageError(Exception):
+    """A build stage failed: `stage` is "config", "model", "inputs" or "forward"; the cause is chained."""
+
+    def __init__(self, stage: str, error: Exception) -> None:
+        super().__init__(f"{stage}: {short(error)}")
+        self.stage, self.error = stage, error
+
+
+def build(target: Target) -> Built:
+    """The tiny model of `target` in eval mode, its inputs and its reference outputs.
+
+    Tries each shrinking level in turn (see `_configs.LEVELS`); raises the first level's StageError
+    when none works."""
+    first = None
+    for level in LEVELS:
+        try:
+            return _build(target, level)
+        except StageError as failure:
+            first = first or failure
+    raise first
+
+
+def _build(target: Target, level: str) -> Built:
+    stage = "config"
+    try:
+        cls = target.load()
+        config = tiny_config(cls, level)
+        stage = "model"
+        torch.manual_seed(SEED)
+        model = cls(config).eval()
+        stage = "inputs"
+        inputs = build_inputs(model)
+        keys = output_keys(cls)
+        stage = "forward"
+        return Built(target, model, inputs, keys, reference(model, inputs, keys), level)
+    except Exception as error:
+        raise StageError(stage, error) from error
+
+
+def _equal(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """`torch.equal`, except that NaNs at the same positions count as equal (NaN != NaN otherwise)."""
+    if torch.equal(actual, expected):
+        return True
+    if not actual.is_floating_point():
+        return False
+    nan = actual.isnan()
+    return torch.equal(nan, expected.isnan()) and torch.equal(actual[~nan], expected[~nan])
+
+
+def difference(actual: Any, expected: Any, where: str) -> str | None:
+    """None if equal (same structure, `torch.equal` tensors), else where and how they differ."""
+    if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
+        if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)):
+            return f"{where}: {type(actual).__name__} vs {type(expected).__name__}"
+        if actual.shape != expected.shape:
+            return f"{where}: shape {tuple(actual.shape)} vs {tuple(expected.shape)}"
+        if actual.dtype != expected.dtype:
+            return f"{where}: dtype {actual.dtype} vs {expected.dtype}"
+        if not _equal(actual, expected):
+            gap = (actual.double() - expected.double()).abs().max().item()
+            return f"{where}: values differ (max |diff| {gap:.3g})"
+        return None
+    if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
+        if len(actual) != len(expected):
+            return f"{where}: {len(actual)} entries vs {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            found = difference(a, e, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        if list(actual) != list(expected):
+            return f"{where}: keys {list(actual)} vs {list(expected)}"
+        for name in expected:
+            found = difference(actual[name], expected[name], f"{where}[{name!r}]")
+            if found:
+                return found
+        return None
+    if actual is None and expected is None:
+        return None
+    return f"{where}: {type(actual).__name__} vs {type(expected).__name__}"
+
+
+def _captures(built: Built, variant: str) -> dict[str, Any]:
+    import yamltrace
+
+    model, inputs = built.model, built.inputs
+    if variant == "c":
+        twin, switched = redecorate(model)
+        if not switched:
+            raise LookupError("no module of the model carries transformers' capture decorator")
+        return reference(twin, inputs, built.keys)
+    if variant == "a":
+        spec = None
+    else:
+        spec = yamltrace.load_spec(yamltrace.spec_from_model(type(model)).to_yaml())
+    torch.manual_seed(SEED)
+    with torch.no_grad(), yamltrace.trace(model, spec) as captures:
+        model(**inputs)
+    return {key: captures[key] if key in captures else None for key in built.keys}
+
+
+def run_variant(built: Built, variant: str) -> str:
+    """"equal", or "differs: <first difference>" / "error: <exception>" for one variant."""
+    try:
+        actual = _captures(built, variant)
+    except Exception as error:
+        return f"error: {short(error)}"
+    for key in built.keys:
+        if built.expected[key] is None:
+            continue
+        found = difference(actual[key], built.expected[key], key)
+        if found:
+            return f"differs: {found}"
+    return "equal"
+
+
+def compare_target(target: Target, variants: tuple[str, ...] = VARIANTS) -> Result:
+    """Build, run and compare one class; never raises (a failure is the result's status)."""
+    result = Result(target.id, target.family, target.name, "build")
+    try:
+        built = build(target)
+    except StageError as failure:
+        result.status, result.reason = failure.stage, short(failure.error)
+        return result
+    result.keys, result.level = built.keys, built.level
+    result.missing = [key for key in built.keys if built.expected[key] is None]
+    if len(result.missing) == len(built.keys):
+        result.status = "no-output"
+        where = ", ".join(built.expected[NESTED])
+        result.reason = f"the model's own output returns none of {built.keys}" + (
+            f" at its top level (only inside its nested outputs {where}: a composite)" if where else ""
+        )
+        return result
+    result.status = "compared"
+    result.variants = {variant: run_variant(built, variant) for variant in variants}
+    return result
