@@ -25,75 +25,13 @@ BY_ID = {target.id: target for target in TARGETS}
 
 # Known engine gaps being fixed (issue 11, deliverables 1 and 2). Remove an entry once the fix lands:
 # strict xfail turns an unexpected pass into a failure, so a stale entry cannot hide.
-TIE_LAST = (
-    "engine gap (issue 11.1): trace ties the last hidden state at the root's output and with the root's "
-    "setting; transformers ties it at the exit of the innermost decorated forward (the base model)"
-)
-# Task heads (and the text model with a projection) whose last hidden state trace ties wrongly.
-TIE_LAST_GAPS = (
-    "clip.CLIPTextModelWithProjection",
-    "deepseek_v3.DeepseekV3ForCausalLM",
-    "deepseek_v3.DeepseekV3ForSequenceClassification",
-    "deepseek_v3.DeepseekV3ForTokenClassification",
-    "gemma.GemmaForCausalLM",
-    "gemma.GemmaForSequenceClassification",
-    "gemma.GemmaForTokenClassification",
-    "gemma2.Gemma2ForCausalLM",
-    "gemma2.Gemma2ForSequenceClassification",
-    "gemma2.Gemma2ForTokenClassification",
-    "gemma3.Gemma3ForCausalLM",
-    "gemma3.Gemma3ForConditionalGeneration",
-    "gemma3.Gemma3ForSequenceClassification",
-    "gemma3.Gemma3TextForSequenceClassification",
-    "gpt2.GPT2DoubleHeadsModel",
-    "gpt2.GPT2ForQuestionAnswering",
-    "gpt2.GPT2ForSequenceClassification",
-    "gpt2.GPT2ForTokenClassification",
-    "gpt2.GPT2LMHeadModel",
-    "gpt_neox.GPTNeoXForCausalLM",
-    "gpt_neox.GPTNeoXForQuestionAnswering",
-    "gpt_neox.GPTNeoXForSequenceClassification",
-    "gpt_neox.GPTNeoXForTokenClassification",
-    "llama.LlamaForCausalLM",
-    "llama.LlamaForQuestionAnswering",
-    "llama.LlamaForSequenceClassification",
-    "llama.LlamaForTokenClassification",
-    "mistral.MistralForCausalLM",
-    "mistral.MistralForQuestionAnswering",
-    "mistral.MistralForSequenceClassification",
-    "mistral.MistralForTokenClassification",
-    "mixtral.MixtralForCausalLM",
-    "mixtral.MixtralForQuestionAnswering",
-    "mixtral.MixtralForSequenceClassification",
-    "mixtral.MixtralForTokenClassification",
-    "opt.OPTForCausalLM",
-    "opt.OPTForQuestionAnswering",
-    "opt.OPTForSequenceClassification",
-    "phi3.Phi3ForCausalLM",
-    "phi3.Phi3ForSequenceClassification",
-    "phi3.Phi3ForTokenClassification",
-    "qwen2.Qwen2ForCausalLM",
-    "qwen2.Qwen2ForQuestionAnswering",
-    "qwen2.Qwen2ForSequenceClassification",
-    "qwen2.Qwen2ForTokenClassification",
-    "qwen2_moe.Qwen2MoeForCausalLM",
-    "qwen2_moe.Qwen2MoeForQuestionAnswering",
-    "qwen2_moe.Qwen2MoeForSequenceClassification",
-    "qwen2_moe.Qwen2MoeForTokenClassification",
-    "qwen3.Qwen3ForCausalLM",
-    "qwen3.Qwen3ForQuestionAnswering",
-    "qwen3.Qwen3ForSequenceClassification",
-    "qwen3.Qwen3ForTokenClassification",
-    "t5.T5ForTokenClassification",
-)
 COMPOSITE = (
     "engine gap (issue 11.1/11.2): a composite whose map keys are returned only by its nested decorated models "
     "(text_model_output, vision_model_output); the sweep compares it once trace names nested models' captures"
 )
 COMPOSITES = ("clip.CLIPModel", "siglip.SiglipModel")
-KNOWN_GAPS: dict[str, str] = {
-    **{f"{target_id}:{variant}": TIE_LAST for target_id in TIE_LAST_GAPS for variant in "ab"},
-}
+# Variants known to differ, "class:variant" -> reason (strict xfail). None at present.
+KNOWN_GAPS: dict[str, str] = {}
 
 
 @functools.cache
