@@ -58,8 +58,8 @@ def _attach(model: nn.Module, spec: Spec | None, device: str | torch.device | No
     return model
 
 
-def _device_type(device: str | torch.device | None) -> str | None:
-    return None if device is None else torch.device(device).type
+def _device_name(device: str | torch.device | None) -> str | None:
+    return None if device is None else str(torch.device(device))
 
 
 def _local_spec_file(directory: str | os.PathLike[str], subfolder: str | None = None) -> Path | None:
@@ -126,7 +126,7 @@ def _build_under_spec(
     with _spec_imports_undone_on_failure() as spec_resolved:
         resolved = checkpoint_spec(model_cls, shipped, spec=spec, overrides=overrides, trust_imports=trust_imports)
         spec_resolved()
-        with apply_patches(resolved or {}, modules=model_cls, device=_device_type(device) or "cpu"):
+        with apply_patches(resolved or {}, modules=model_cls, device=_device_name(device) or "cpu"):
             model = construct()
         if finish is not None:
             finish(model)
