@@ -66,10 +66,11 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def actions_steps(clone: tuple[Path, str]) -> list[list[str]]:
-    """The `run:` steps of the documented workflow, the URL pointing at the clone."""
+    """The `run:` steps of the documented workflow, the URL pointing at the clone (with a host part, which
+    the pip bundled with Python 3.11 needs in a `name @ git+file:` requirement)."""
     path, commit = clone
     steps = _yaml_block_after("## GitHub Actions")["jobs"]["validate"]["steps"]
-    commands = [step["run"].replace(f"git+{URL}@REF", f"git+file://{path}@{commit}") for step in steps if "run" in step]
+    commands = [step["run"].replace(f"git+{URL}@REF", f"git+file://localhost{path}@{commit}") for step in steps if "run" in step]
     return [shlex.split(command) for command in commands]
 
 
