@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -23,6 +23,8 @@ from ._spec_file import SPEC_FILE, SpecSource, checkpoint_spec
 from ._weights import CONFIG_FILE, load_strict, read_weights, weights_file
 
 __all__ = ["from_pretrained", "is_yamltrace_model", "load_yamltrace_model"]
+
+M = TypeVar("M", bound=nn.Module)
 
 
 @contextlib.contextmanager
@@ -48,13 +50,14 @@ def _spec_imports_undone_on_failure() -> Iterator[Callable[[], None]]:
         raise
 
 
-def _attach(model: nn.Module, spec: Spec | None, device: str | torch.device | None) -> nn.Module:
+def _attach(model: M, spec: Spec | None, device: str | torch.device | None) -> M:
     """Give the model the spec's capture map (per instance), retargeted to the patched classes."""
     if spec is None:
         return model
-    model._can_record_outputs = spec.capture_map()
+    # setattr: nn.Module's __setattr__ is typed for modules and tensors only.
+    setattr(model, "_can_record_outputs", spec.capture_map())
     patch_output_recorders(model, spec, device=device)
-    model.yamltrace_spec = spec
+    setattr(model, "yamltrace_spec", spec)
     return model
 
 
@@ -68,7 +71,7 @@ def _local_spec_file(directory: str | os.PathLike[str], subfolder: str | None = 
 
 
 def load_yamltrace_model(
-    cls: type[nn.Module],
+    cls: type[M],
     path: str | os.PathLike[str],
     *,
     spec: SpecSource | None = None,
@@ -77,7 +80,7 @@ def load_yamltrace_model(
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     **hub: Any,
-) -> nn.Module:
+) -> M:
     """Load a yamltrace `PreTrainedModel` subclass from a checkpoint folder or Hub id (see module docstring).
 
     `hub` takes the Hub options `revision`, `cache_dir`, `local_files_only`, `token`, `subfolder`.
@@ -92,7 +95,7 @@ def load_yamltrace_model(
         directory = Path(path, options.get("subfolder") or "")
     if not (directory / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{directory} is not a checkpoint: {CONFIG_FILE} is missing.")
-    config = cls.config_class.load(directory / CONFIG_FILE)
+    config = getattr(cls, "config_class").load(directory / CONFIG_FILE)
     weights = weights_file(directory)
     model, resolved = _build_under_spec(
         cls,
@@ -105,7 +108,7 @@ def load_yamltrace_model(
         device=device,
     )
     model.to(device=device, dtype=dtype)
-    return _attach(model, resolved, device)
+    return _attach(cast(M, model), resolved, device)
 
 
 def _build_under_spec(
@@ -141,7 +144,8 @@ def _transformers_model_class(cls: type, path: str | os.PathLike[str], options: 
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(path, **options)
-    return mapping[type(config)]
+    concrete: type = mapping[type(config)]
+    return concrete
 
 
 def is_yamltrace_model(cls: Any) -> bool:
@@ -152,7 +156,7 @@ def is_yamltrace_model(cls: Any) -> bool:
 
 
 def from_pretrained(
-    cls: type,
+    cls: type[M],
     path: str | os.PathLike[str],
     *,
     spec: SpecSource | None = None,
@@ -161,7 +165,7 @@ def from_pretrained(
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     **kwargs: Any,
-) -> nn.Module:
+) -> M:
     """Load `cls` (a yamltrace model class, a transformers model class or Auto class) with its spec.
 
     `path` is a local folder or a Hub id (`org/name`; `revision=`, `cache_dir=`, `local_files_only=`,
@@ -183,10 +187,11 @@ def from_pretrained(
     model_cls = _transformers_model_class(cls, path, options)
     if dtype is not None:
         kwargs["dtype"] = dtype
+    load: Callable[..., nn.Module] = getattr(cls, "from_pretrained")
     model, resolved = _build_under_spec(
         model_cls,
         shipped,
-        lambda: cls.from_pretrained(path, **kwargs),
+        lambda: load(path, **kwargs),
         spec=spec,
         overrides=overrides,
         trust_imports=trust_imports,
@@ -194,4 +199,4 @@ def from_pretrained(
     )
     if device is not None:
         model.to(device)
-    return _attach(model, resolved, device)
+    return _attach(cast(M, model), resolved, device)

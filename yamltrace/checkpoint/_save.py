@@ -21,7 +21,7 @@ def save_yamltrace_model(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     text = spec_text(model, spec, trust_imports=trust_imports)  # a bad spec fails before anything is written
-    model.config.save(directory / CONFIG_FILE)
+    getattr(model, "config").save(directory / CONFIG_FILE)
     write_weights(model, directory)
     write_spec(directory, text)
     return directory
@@ -40,6 +40,6 @@ def save_pretrained(
         return save_yamltrace_model(model, directory, spec=spec, trust_imports=trust_imports)
     directory = Path(directory)
     text = spec_text(model, spec, trust_imports=trust_imports)
-    model.save_pretrained(directory)
+    getattr(model, "save_pretrained")(directory)
     write_spec(directory, text)
     return directory
