@@ -9,12 +9,14 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c const
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# The demo needs the `torch` extra (torch + safetensors, pinned to the CPU build by constraints.txt);
+# a bare `pip install yamltrace` is the light core (PyYAML + jsonschema) for validating specs.
 $(VENV)/.runtime: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e .
+	$(PIP) -e ".[torch]"
 	touch $@
 
 $(VENV)/.test: pyproject.toml constraints.txt $(VENV)/.runtime
-	$(PIP) -e ".[test]"
+	$(PIP) -e ".[torch,test]"
 	touch $@
 
 demo: $(VENV)/.runtime

@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT
 from torch import nn
 
-from yamltrace.spec import SCHEMA_ID, load_schema, validate_spec
+from yamltrace.spec import SCHEMA_FILE, SCHEMA_ID, load_schema, validate_spec
 
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 
@@ -35,9 +35,14 @@ def test_shipped_spec_is_valid(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
-def test_shipped_spec_points_editors_at_the_schema(path: Path) -> None:
+def test_shipped_spec_points_editors_at_the_schema_file(path: Path) -> None:
+    """The modeline names a file (the `$id` URL is an identifier nothing serves) that is the packaged schema."""
     first_line = path.read_text(encoding="utf-8").splitlines()[0]
-    assert first_line == f"# yaml-language-server: $schema={SCHEMA_ID}"
+    prefix = "# yaml-language-server: $schema="
+    assert first_line == f"{prefix}../schemas/{SCHEMA_FILE}"
+    target = path.parent / first_line.removeprefix(prefix)
+    assert target.read_bytes() == (path.parents[1] / "yamltrace" / "schemas" / SCHEMA_FILE).read_bytes()
+    assert json.loads(target.read_text(encoding="utf-8"))["$id"] == SCHEMA_ID
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)

@@ -39,7 +39,7 @@ def llama_dir(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     config = tiny_llama_config(intermediate_size=64, max_position_embeddings=64)
     directory = tmp_path_factory.mktemp("llama")
-    save_pretrained(LlamaModel(config).eval(), directory)
+    save_pretrained(LlamaModel(config).eval(), directory, spec=yamltrace.spec_from_model(LlamaModel))
     return directory
 
 
@@ -48,8 +48,9 @@ def input_ids() -> torch.Tensor:
     return torch.randint(0, 99, (2, 9), generator=torch.Generator().manual_seed(3))
 
 
-def test_save_writes_the_spec_exported_from_the_model(llama_dir: Path) -> None:
+def test_save_writes_a_spec_object_with_to_yaml(llama_dir: Path) -> None:
     text = (llama_dir / SPEC_FILE).read_text()
+    assert text == yamltrace.spec_from_model(LlamaModel).to_yaml()
     assert "model: LlamaModel" in text
     assert "transformers.models.llama.modeling_llama:LlamaDecoderLayer" in text
     assert (llama_dir / "config.json").is_file()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -61,12 +62,14 @@ def test_files_are_reported_in_order_with_one_summary(capsys: pytest.CaptureFixt
 
 
 def test_unreadable_files_are_issues_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    status, out = run(capsys, "validate", "missing.yaml", str(tmp_path), WRONG_TYPES)
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    status, out = run(capsys, "validate", "missing.yaml", str(fifo), WRONG_TYPES)
     assert status == 2
     lines = out.splitlines()
     assert lines[:2] == [
         "missing.yaml: $: file not found",
-        f"{tmp_path}: $: not a regular file; a spec must be a YAML file",
+        f"{fifo}: $: not a regular file; a spec must be a YAML file",
     ]
     assert lines[2:-1] == expected_lines(WRONG_TYPES)
     assert lines[-1] == "3 files, 1 invalid, 2 unreadable, 10 problems"

@@ -1,6 +1,7 @@
 """Checkpoint -> model: read the spec first, build under its patches, load the weights, attach the spec.
 
-A failed load changes nothing: the patched classes are back and the spec's imports are forgotten.
+A checkpoint is a local folder or a Hugging Face Hub id (`org/name`, see `_hub`). A failed load
+changes nothing: the patched classes are back and the spec's imports are forgotten.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -18,10 +19,13 @@ from torch import nn
 from ..errors import PatchError
 from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
-from ._spec_file import SpecSource, checkpoint_spec
+from ._hub import HUB_OPTIONS, hub_options, hub_snapshot, hub_spec_file, is_hub_id
+from ._spec_file import SPEC_FILE, SpecSource, checkpoint_spec
 from ._weights import CONFIG_FILE, load_strict, read_weights, weights_file
 
 __all__ = ["from_pretrained", "is_yamltrace_model", "load_yamltrace_model"]
+
+M = TypeVar("M", bound=nn.Module)
 
 
 # Packages whose modules are never forgotten: they register process-wide state when imported (torch
@@ -87,39 +91,56 @@ _RECURSIVE_PATCH = (
 )
 
 
-def _attach(model: nn.Module, spec: Spec | None, device: str | torch.device | None) -> nn.Module:
+def _attach(model: M, spec: Spec | None, device: str | torch.device | None) -> M:
     """Give the model the spec's capture map (per instance), retargeted to the patched classes."""
     if spec is None:
         return model
-    model._can_record_outputs = spec.capture_map()
+    # setattr: nn.Module's __setattr__ is typed for modules and tensors only.
+    setattr(model, "_can_record_outputs", spec.capture_map())
     patch_output_recorders(model, spec, device=device)
-    model.yamltrace_spec = spec
+    setattr(model, "yamltrace_spec", spec)
     return model
 
 
-def _device_type(device: str | torch.device | None) -> str | None:
-    return None if device is None else torch.device(device).type
+def _device_name(device: str | torch.device | None) -> str | None:
+    return None if device is None else str(torch.device(device))
+
+
+def _local_spec_file(directory: str | os.PathLike[str], subfolder: str | None = None) -> Path | None:
+    shipped = Path(directory, subfolder or "", SPEC_FILE)
+    return shipped if shipped.is_file() else None
 
 
 def load_yamltrace_model(
-    cls: type[nn.Module],
-    directory: str | os.PathLike[str],
+    cls: type[M],
+    path: str | os.PathLike[str],
     *,
     spec: SpecSource | None = None,
     overrides: SpecSource | None = None,
     trust_imports: bool = False,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
-) -> nn.Module:
-    """Load a yamltrace `PreTrainedModel` subclass from a checkpoint directory (see module docstring)."""
-    directory = Path(directory)
+    **hub: Any,
+) -> M:
+    """Load a yamltrace `PreTrainedModel` subclass from a checkpoint folder or Hub id (see module docstring).
+
+    `hub` takes the Hub options `revision`, `cache_dir`, `local_files_only`, `token`, `subfolder`.
+    """
+    unknown = sorted(set(hub) - set(HUB_OPTIONS))
+    if unknown:
+        raise TypeError(f"Unexpected arguments for a yamltrace model: {unknown}; it accepts {', '.join(HUB_OPTIONS)}.")
+    options = hub_options(hub)
+    if is_hub_id(path):
+        directory = hub_snapshot(str(path), options)
+    else:
+        directory = Path(path, options.get("subfolder") or "")
     if not (directory / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{directory} is not a checkpoint: {CONFIG_FILE} is missing.")
-    config = cls.config_class.load(directory / CONFIG_FILE)
+    config = getattr(cls, "config_class").load(directory / CONFIG_FILE)
     weights = weights_file(directory)
     model, resolved = _build_under_spec(
         cls,
-        directory,
+        _local_spec_file(directory),
         lambda: cls(config),
         lambda model: load_strict(model, read_weights(weights), weights),
         spec=spec,
@@ -128,12 +149,12 @@ def load_yamltrace_model(
         device=device,
     )
     model.to(device=device, dtype=dtype)
-    return _attach(model, resolved, device)
+    return _attach(cast(M, model), resolved, device)
 
 
 def _build_under_spec(
     model_cls: type,
-    directory: str | os.PathLike[str],
+    shipped: Path | None,
     construct: Callable[[], nn.Module],
     finish: Callable[[nn.Module], None] | None = None,
     *,
@@ -147,9 +168,9 @@ def _build_under_spec(
     All or nothing: on failure the patched classes are back and the spec's imports are forgotten.
     """
     with _spec_imports_undone_on_failure() as spec_resolved:
-        resolved = checkpoint_spec(model_cls, directory, spec=spec, overrides=overrides, trust_imports=trust_imports)
+        resolved = checkpoint_spec(model_cls, shipped, spec=spec, overrides=overrides, trust_imports=trust_imports)
         spec_resolved()
-        with apply_patches(resolved or {}, modules=model_cls, device=_device_type(device) or "cpu"):
+        with apply_patches(resolved or {}, modules=model_cls, device=_device_name(device) or "cpu"):
             try:
                 model = construct()
             except RecursionError:
@@ -159,15 +180,16 @@ def _build_under_spec(
     return model, resolved
 
 
-def _transformers_model_class(cls: type, directory: str | os.PathLike[str]) -> type:
+def _transformers_model_class(cls: type, path: str | os.PathLike[str], options: dict[str, Any]) -> type:
     """The concrete class a transformers (Auto) class builds for this checkpoint."""
     mapping = getattr(cls, "_model_mapping", None)
     if mapping is None:
         return cls
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(directory)
-    return mapping[type(config)]
+    config = AutoConfig.from_pretrained(path, **options)
+    concrete: type = mapping[type(config)]
+    return concrete
 
 
 def is_yamltrace_model(cls: Any) -> bool:
@@ -178,7 +200,7 @@ def is_yamltrace_model(cls: Any) -> bool:
 
 
 def from_pretrained(
-    cls: type,
+    cls: type[M],
     path: str | os.PathLike[str],
     *,
     spec: SpecSource | None = None,
@@ -187,27 +209,33 @@ def from_pretrained(
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     **kwargs: Any,
-) -> nn.Module:
+) -> M:
     """Load `cls` (a yamltrace model class, a transformers model class or Auto class) with its spec.
 
-    Reads `path/yamltrace.yaml` when present; `spec=` replaces it, `overrides=` overlays it key by key.
-    Patches apply while the model is built (scoped to that load; the process-wide patch registry is not
-    touched), recorders are retargeted to the replacements, and `trace(model)` uses the spec. Extra
-    keyword arguments go to transformers' `from_pretrained`.
+    `path` is a local folder or a Hub id (`org/name`; `revision=`, `cache_dir=`, `local_files_only=`,
+    `token=`, `subfolder=` apply to the spec as to the weights). Reads the checkpoint's `yamltrace.yaml`
+    when present; `spec=` replaces it, `overrides=` overlays it key by key. Patches apply while the model
+    is built (scoped to that load; the process-wide patch registry is not touched), recorders are
+    retargeted to the replacements, and `trace(model)` uses the spec. Other keyword arguments go to
+    transformers' `from_pretrained`.
     """
     if is_yamltrace_model(cls):
-        if kwargs:
-            raise TypeError(f"Unexpected arguments for a yamltrace model: {sorted(kwargs)}.")
         return load_yamltrace_model(
-            cls, path, spec=spec, overrides=overrides, trust_imports=trust_imports, device=device, dtype=dtype
+            cls, path, spec=spec, overrides=overrides, trust_imports=trust_imports, device=device, dtype=dtype, **kwargs
         )
-    model_cls = _transformers_model_class(cls, path)
+    options = hub_options(kwargs)
+    if is_hub_id(path):
+        shipped = hub_spec_file(str(path), SPEC_FILE, options) if spec is None else None
+    else:
+        shipped = _local_spec_file(path, options.get("subfolder"))
+    model_cls = _transformers_model_class(cls, path, options)
     if dtype is not None:
         kwargs["dtype"] = dtype
+    load: Callable[..., nn.Module] = getattr(cls, "from_pretrained")
     model, resolved = _build_under_spec(
         model_cls,
-        path,
-        lambda: cls.from_pretrained(path, **kwargs),
+        shipped,
+        lambda: load(path, **kwargs),
         spec=spec,
         overrides=overrides,
         trust_imports=trust_imports,
@@ -215,4 +243,4 @@ def from_pretrained(
     )
     if device is not None:
         model.to(device)
-    return _attach(model, resolved, device)
+    return _attach(cast(M, model), resolved, device)

@@ -8,27 +8,38 @@ from pathlib import Path
 from torch import nn
 
 from ._load import is_yamltrace_model
-from ._spec_file import SpecSource, write_spec
+from ._spec_file import SpecSource, spec_text, write_spec
 from ._weights import CONFIG_FILE, write_weights
 
 __all__ = ["save_pretrained", "save_yamltrace_model"]
 
 
-def save_yamltrace_model(model: nn.Module, directory: str | os.PathLike[str], *, spec: SpecSource | None = None) -> Path:
-    """Write a yamltrace model's `config.json`, weights and `yamltrace.yaml` into `directory`."""
+def save_yamltrace_model(
+    model: nn.Module, directory: str | os.PathLike[str], *, spec: SpecSource | None = None, trust_imports: bool = False
+) -> Path:
+    """Write a yamltrace model's `config.json`, `model.safetensors` and, when there is a spec, `yamltrace.yaml`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    model.config.save(directory / CONFIG_FILE)
+    text = spec_text(model, spec, trust_imports=trust_imports)  # a bad spec fails before anything is written
+    getattr(model, "config").save(directory / CONFIG_FILE)
     write_weights(model, directory)
-    write_spec(model, directory, spec)
+    write_spec(directory, text)
     return directory
 
 
-def save_pretrained(model: nn.Module, directory: str | os.PathLike[str], *, spec: SpecSource | None = None) -> Path:
-    """Save `model` (yamltrace or transformers) with `yamltrace.yaml` beside its files."""
+def save_pretrained(
+    model: nn.Module, directory: str | os.PathLike[str], *, spec: SpecSource | None = None, trust_imports: bool = False
+) -> Path:
+    """Save `model` (yamltrace or transformers) with its spec beside its files.
+
+    `spec` (a path, YAML text or bytes: copied byte for byte once it validates; a `Spec` or a mapping:
+    rendered with `to_yaml`) is written as `yamltrace.yaml`; without it, the spec attached by
+    `from_pretrained`, if any. A model with neither is saved without a spec file.
+    """
     if is_yamltrace_model(type(model)):
-        return save_yamltrace_model(model, directory, spec=spec)
+        return save_yamltrace_model(model, directory, spec=spec, trust_imports=trust_imports)
     directory = Path(directory)
-    model.save_pretrained(directory)
-    write_spec(model, directory, spec)
+    text = spec_text(model, spec, trust_imports=trust_imports)
+    getattr(model, "save_pretrained")(directory)
+    write_spec(directory, text)
     return directory

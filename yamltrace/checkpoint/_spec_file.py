@@ -1,7 +1,14 @@
-"""The spec beside the weights: which spec a load uses (`checkpoint_spec`), overlays, and writing it."""
+"""The spec beside the weights: which spec a load uses (`checkpoint_spec`), overlays, and writing it.
+
+A spec is saved as written: a file or text given to `save_pretrained` is copied byte for byte (after
+it validates and resolves), so comments, flow style and bare names survive. A `Spec` object, a
+mapping, an attached spec, or a file that `extends` a base (a checkpoint must stand alone) is
+rendered with `Spec.to_yaml`. No spec is written unless one is given or attached.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,13 +16,15 @@ from typing import Any, Union
 
 from torch import nn
 
-from ..spec import PatchEntry, Spec, load_spec, spec_from_model
+from ..spec import PatchEntry, Spec, load_spec, validate_spec
 
-__all__ = ["SPEC_FILE", "SpecSource", "checkpoint_spec", "overlay_spec", "write_spec"]
+__all__ = ["SPEC_FILE", "SpecSource", "checkpoint_spec", "overlay_spec", "spec_text", "write_spec"]
+
+logger = logging.getLogger("yamltrace.checkpoint")
 
 SPEC_FILE = "yamltrace.yaml"
 
-SpecSource = Union[Spec, str, os.PathLike, Mapping[str, Any]]
+SpecSource = Union[Spec, str, bytes, "os.PathLike[str]", Mapping[str, Any]]
 
 
 def overlay_spec(base: Spec, override: Spec) -> Spec:
@@ -46,13 +55,14 @@ def _override_source(overrides: SpecSource, base: Spec | None) -> SpecSource:
 
 def checkpoint_spec(
     model_cls: type,
-    directory: str | os.PathLike[str],
+    shipped: Path | None,
     *,
     spec: SpecSource | None = None,
     overrides: SpecSource | None = None,
     trust_imports: bool = False,
 ) -> Spec | None:
-    """The spec a load uses: `spec=`, else the checkpoint's `yamltrace.yaml` overlaid by `overrides=`.
+    """The spec a load uses: `spec=`, else the checkpoint's spec file `shipped` (None: it has none)
+    overlaid by `overrides=`.
 
     Everything is validated and resolved here, before a model is built or a weight is read.
     """
@@ -60,24 +70,38 @@ def checkpoint_spec(
         raise ValueError("Pass spec= (replaces the checkpoint's spec) or overrides= (overlays it), not both.")
     if spec is not None:
         return load_spec(spec, trust_imports=trust_imports, for_model=model_cls)
-    shipped = Path(directory) / SPEC_FILE
-    base = load_spec(shipped, trust_imports=trust_imports, for_model=model_cls) if shipped.is_file() else None
+    base = load_spec(shipped, trust_imports=trust_imports, for_model=model_cls) if shipped is not None else None
     if overrides is None:
         return base
     override = load_spec(_override_source(overrides, base), trust_imports=trust_imports, for_model=model_cls)
     return override if base is None else overlay_spec(base, override)
 
 
-def write_spec(model: nn.Module, directory: Path, spec: SpecSource | None) -> Path | None:
-    """Write `yamltrace.yaml`: `spec` (validated), else the attached spec, else the model's own map."""
-    if spec is not None:
-        resolved = load_spec(spec, for_model=model)
-    else:
-        resolved = getattr(model, "yamltrace_spec", None)
-        if resolved is None and getattr(type(model), "_can_record_outputs", None):
-            resolved = spec_from_model(type(model))
-    if resolved is None:
-        return None
+def spec_text(model: nn.Module, spec: SpecSource | None, *, trust_imports: bool = False) -> bytes | None:
+    """What `yamltrace.yaml` holds for `model`: `spec` as written (validated and resolved first), else
+    the attached spec rendered; None when there is neither."""
+    if spec is None:
+        attached = getattr(model, "yamltrace_spec", None)
+        return None if attached is None else attached.to_yaml().encode("utf-8")
+    resolved = load_spec(spec, trust_imports=trust_imports, for_model=model)
+    if isinstance(spec, (Spec, Mapping)):
+        return resolved.to_yaml().encode("utf-8")
+    document = validate_spec(spec)
+    if len(document.files) > (1 if document.file else 0):  # it extends a base file
+        return resolved.to_yaml().encode("utf-8")
+    if document.file is not None:
+        return Path(document.file).read_bytes()
+    return spec if isinstance(spec, bytes) else os.fspath(spec).encode("utf-8")
+
+
+def write_spec(directory: Path, text: bytes | None) -> Path | None:
+    """Write `text` (see `spec_text`) as `yamltrace.yaml`. With no spec to write, a `yamltrace.yaml` left
+    in `directory` by an earlier save is removed, so it cannot pair with these weights."""
     path = directory / SPEC_FILE
-    path.write_text(resolved.to_yaml(), encoding="utf-8")
+    if text is None:
+        if path.is_file():
+            path.unlink()
+            logger.info("Removed %s: the saved model has no spec (pass spec= to save one).", path)
+        return None
+    path.write_bytes(text)
     return path

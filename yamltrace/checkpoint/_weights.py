@@ -1,52 +1,118 @@
-"""Weights on disk: find, read and write them, and load them strictly into a model."""
+"""Weights on disk: find, read and write them, and load them strictly into a model.
+
+safetensors is the format written (`model.safetensors`). Read: `model.safetensors`, a sharded
+checkpoint (`model.safetensors.index.json` naming its shard files), and, for older checkpoints,
+`pytorch_model.bin` (or its sharded index) through `torch.load(weights_only=True)`, which refuses
+pickled code.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from torch import nn
 
-__all__ = ["CONFIG_FILE", "SAFETENSORS_FILE", "TORCH_FILE", "weights_file", "read_weights", "write_weights", "load_strict"]
+from .._lazy import TORCH_EXTRA
+
+__all__ = [
+    "CONFIG_FILE",
+    "SAFETENSORS_FILE",
+    "SAFETENSORS_INDEX",
+    "TORCH_FILE",
+    "TORCH_INDEX",
+    "WEIGHT_FILES",
+    "weights_file",
+    "read_weights",
+    "write_weights",
+    "load_strict",
+]
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
 TORCH_FILE = "pytorch_model.bin"
+TORCH_INDEX = "pytorch_model.bin.index.json"
+# In order of preference when a directory holds several.
+WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_FILE, TORCH_INDEX)
 
 
 def weights_file(directory: Path) -> Path:
-    for name in (SAFETENSORS_FILE, TORCH_FILE):
+    """The weights file (or shard index) of a checkpoint directory; FileNotFoundError naming what was looked for."""
+    for name in WEIGHT_FILES:
         if (directory / name).is_file():
             return directory / name
-    raise FileNotFoundError(f"{directory} holds no weights: expected {SAFETENSORS_FILE} or {TORCH_FILE}.")
+    raise FileNotFoundError(f"{directory} holds no weights: expected {', '.join(WEIGHT_FILES[:-1])} or {WEIGHT_FILES[-1]}.")
 
 
-def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    if path.name == SAFETENSORS_FILE:
+def _read_one(path: Path) -> dict[str, torch.Tensor]:
+    if path.name.endswith(".safetensors"):
         from safetensors.torch import load_file
 
         return load_file(str(path))
-    return torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} does not hold a state dict (found {type(state).__name__}).")
+    return state
+
+
+def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
+    """All shards an index names; every tensor must be in the shard the index says, and shards stay in the folder."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{index} is not a shard index: expected a JSON object with a 'weight_map' ({e}).") from e
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        if not isinstance(shard, str) or Path(shard).name != shard:
+            raise ValueError(f"{index}: shard {shard!r} is not a file name in the checkpoint folder.")
+        tensors = _read_one(index.parent / shard)
+        listed = {name for name, where in weight_map.items() if where == shard}
+        if listed - set(tensors):
+            raise ValueError(f"{index}: {shard} lacks {sorted(listed - set(tensors))}, which the index places there.")
+        state.update((name, tensors[name]) for name in listed)
+    return state
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A state dict from a weights file or a shard index (`*.index.json`)."""
+    return _read_sharded(path) if path.name.endswith(".index.json") else _read_one(path)
 
 
 def write_weights(model: nn.Module, directory: Path) -> Path:
+    """Write the model's weights as `model.safetensors` (shared tensors stored once)."""
     try:
         from safetensors.torch import save_model
-    except ImportError:
-        path = directory / TORCH_FILE
-        torch.save(model.state_dict(), path)
-        return path
+    except ModuleNotFoundError as e:
+        raise ImportError(f"Saving weights needs safetensors: pip install '{TORCH_EXTRA}'.", name="safetensors") from e
     path = directory / SAFETENSORS_FILE
     save_model(model, str(path))
     return path
 
 
+def _aliases(model: nn.Module) -> dict[str, set[str]]:
+    """For each state-dict name, the other names that hold the very same tensor (tied weights)."""
+    by_tensor: dict[tuple[int, torch.Size], set[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if tensor.device.type != "meta":
+            by_tensor.setdefault((tensor.data_ptr(), tensor.shape), set()).add(name)
+    return {name: group - {name} for group in by_tensor.values() for name in group}
+
+
 def load_strict(model: nn.Module, state: Mapping[str, torch.Tensor], source: Path) -> None:
+    """Load `state` into `model`; ValueError naming the missing and unexpected keys unless they match.
+
+    A tied weight saved once (safetensors stores shared tensors once) is not missing: loading the
+    name that was saved fills every name of the tensor.
+    """
     expected = set(model.state_dict())
-    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    aliases = _aliases(model)
+    missing = sorted(k for k in expected - set(state) if not aliases.get(k, set()) & set(state))
+    unexpected = sorted(set(state) - expected)
     if missing or unexpected:
         raise ValueError(
             f"Weights in {source} do not match {type(model).__name__}: missing keys {missing}, unexpected keys {unexpected}."
         )
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(state, strict=not (expected - set(state)))

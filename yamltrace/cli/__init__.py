@@ -8,18 +8,21 @@ they need only PyYAML and jsonschema, so they run in CI jobs and pre-commit hook
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable
 
-from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from .. import __version__
 from ._check import add_check
+from ._common import EXIT_BROKEN_PIPE, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from ._extract import add_extract
 from ._schema import add_schema
 from ._specs import add_specs
 from ._validate import add_validate
 
-__all__ = ["COMMANDS", "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "main"]
+__all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "main"]
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (  # type: ignore[type-arg]
     add_validate,
     add_check,
     add_schema,
@@ -30,16 +33,34 @@ COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="yamltrace", description="Declarative tracing for PyTorch models.")
+    parser.add_argument("--version", action="version", version=f"yamltrace {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in COMMANDS:
         add(commands)
     return parser
 
 
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`yamltrace ... | head`): stop quietly, as a SIGPIPE'd tool does.
+
+    stdout is pointed at the null device so the interpreter's final flush does not fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on `argv` (default: `sys.argv[1:]`); returns the exit status."""
     try:
-        args = _build_parser().parse_args(argv)
-    except SystemExit as e:  # argparse exits after printing usage, --help or an error
-        return e.code if isinstance(e.code, int) else EXIT_USAGE
-    return args.run(args)
+        try:
+            args = _build_parser().parse_args(argv)
+        except SystemExit as e:  # argparse exits after printing usage, --help, --version or an error
+            status = e.code if isinstance(e.code, int) else EXIT_USAGE
+        else:
+            status = args.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_closed()
+    return status

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "positive_int"]
+__all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "EXIT_BROKEN_PIPE", "positive_int"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+# stdout was closed by its reader: 128 + SIGPIPE, the status a shell shows for a tool stopped by it.
+EXIT_BROKEN_PIPE = 141
 
 
 def positive_int(text: str) -> int:

@@ -1,4 +1,4 @@
-"""`yamltrace schema`: print the packaged spec JSON Schema exactly as shipped."""
+"""`yamltrace schema [--output PATH]`: the packaged spec JSON Schema exactly as shipped."""
 
 from __future__ import annotations
 
@@ -7,20 +7,35 @@ import sys
 from importlib import resources
 
 from ..spec import SCHEMA_FILE
-from ._common import EXIT_OK
+from ._common import EXIT_OK, EXIT_USAGE
 
-__all__ = ["add_schema"]
+__all__ = ["add_schema", "schema_text"]
+
+
+def schema_text() -> str:
+    """The spec JSON Schema shipped in the package, as text."""
+    return resources.files("yamltrace").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8")
 
 
 def _run_schema(args: argparse.Namespace) -> int:
-    sys.stdout.write(resources.files("yamltrace").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8"))
+    if args.output is None:
+        sys.stdout.write(schema_text())
+        return EXIT_OK
+    try:
+        with open(args.output, "w", encoding="utf-8", newline="") as f:
+            f.write(schema_text())
+    except OSError as e:
+        print(f"yamltrace schema: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 
-def add_schema(commands: argparse._SubParsersAction) -> None:
+def add_schema(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = commands.add_parser(
         "schema",
-        help="print the spec JSON Schema",
-        description=f"Print the packaged spec JSON Schema ({SCHEMA_FILE}) exactly as shipped.",
+        help="print or write the spec JSON Schema",
+        description=f"Print the packaged spec JSON Schema ({SCHEMA_FILE}) exactly as shipped, "
+        "or write it to PATH for an editor (yaml-language-server) or another validator.",
     )
+    parser.add_argument("--output", "-o", metavar="PATH", help="write the schema to PATH instead of printing it")
     parser.set_defaults(run=_run_schema)

@@ -37,7 +37,7 @@ class PreTrainedModel(nn.Module):
         normalize_output_map(self._can_record_outputs)
 
     def save_pretrained(self, directory: str | os.PathLike[str], *, spec: Any = None) -> Path:
-        """Write `config.json`, the weights and `yamltrace.yaml` (`spec`, else the attached one, else the class map)."""
+        """Write `config.json`, `model.safetensors` and `yamltrace.yaml` (`spec` as written, else the attached one, else none)."""
         return save_yamltrace_model(self, directory, spec=spec)
 
     @classmethod

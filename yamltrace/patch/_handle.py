@@ -12,7 +12,7 @@ from torch import nn
 
 from ..engine import invalidate
 
-__all__ = ["Replacement", "PatchHandle", "model_device", "device_type"]
+__all__ = ["Replacement", "PatchHandle", "model_device", "device_type", "device_matches"]
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,28 @@ class PatchHandle:
 
 
 def model_device(model: nn.Module) -> str:
-    """The device type ("cpu", "cuda", "mps", ...) of the model's first parameter or buffer; "cpu" if none."""
+    """The device ("cpu", "cuda:0", "mps:0", ...) of the model's first parameter or buffer; "cpu" if none."""
     for tensor in itertools.chain(model.parameters(), model.buffers()):
-        return tensor.device.type
+        return str(tensor.device)
     return "cpu"
 
 
 def device_type(device: str | torch.device | None, default: str) -> str:
-    """The device type of `device` ("cpu", "cuda", ...), or `default` when it is None."""
-    return default if device is None else torch.device(device).type
+    """`device` as torch writes it ("cpu", "cuda", "cuda:1", ...), or `default` when it is None.
+
+    A spec's patch `device` is matched against it with `device_matches`."""
+    return default if device is None else str(torch.device(device))
+
+
+def device_matches(wanted: str, device: str) -> bool:
+    """Whether a patch entry's `device` condition holds on `device`: a type (`cuda`) matches every device
+    of that type; a device with an index (`cuda:1`) matches that device only (`cuda` alone is the current one)."""
+    w, d = torch.device(wanted), torch.device(device)
+    if w.type != d.type:
+        return False
+    if w.index is None:
+        return True
+    index = d.index
+    if index is None:
+        index = torch.cuda.current_device() if d.type == "cuda" and torch.cuda.is_available() else 0
+    return w.index == index

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 
 import torch
@@ -9,6 +10,7 @@ from torch import nn
 
 from ..engine import invalidate
 from ..errors import PatchError, PatchProblem, did_you_mean
+from ..spec import load_spec
 from ._handle import PatchHandle, Replacement, device_type, model_device
 from ._recorders import patch_output_recorders
 from ._registry import MappingLike, find_key, resolve_mapping
@@ -113,6 +115,9 @@ def patch_model(
 ) -> PatchHandle:
     """Replace the submodules of a built model whose class the mapping selects; returns the undo handle.
 
+    `mapping_or_spec` is a `pattern -> class` mapping, a `Spec`, a spec file path or YAML text (read
+    with `load_spec(..., for_model=model)`), or None for the process-wide registry.
+
     Each match is rebuilt by the replacement's `from_module(original)` classmethod (which should share
     the original's parameters and buffers), or, for a subclass that adds no state, by reassigning its
     class (parameters, buffers, hooks untouched). Training mode is kept. Deeper modules are replaced
@@ -123,6 +128,8 @@ def patch_model(
     module (unless `missing_ok`). `device` selects a Spec's entries (default: the model's device).
     `handle.replaced` lists what was replaced; `handle.remove()` restores the originals.
     """
+    if isinstance(mapping_or_spec, (str, os.PathLike)):  # a spec file or YAML text, as `trace` accepts
+        mapping_or_spec = load_spec(mapping_or_spec, for_model=model)
     device = device_type(device, model_device(model))
     mapping = resolve_mapping(mapping_or_spec, device)
     plan = _plan_model(model, mapping, missing_ok)

@@ -20,6 +20,7 @@ from typing import Any, Union
 from torch import nn
 
 from ..spec._patterns import Pattern, PatternError, compile_pattern
+from ._handle import device_matches
 
 __all__ = [
     "PatchRegistry",
@@ -173,8 +174,8 @@ def clear_patch_mapping() -> None:
 def resolve_mapping(mapping: MappingLike, device: str | None = None) -> dict[str, type[nn.Module]]:
     """An ordered `pattern -> replacement` dict from a mapping, a `Spec` or None (the registry).
 
-    A Spec's entries whose `device` condition names another device than `device` are left out (an
-    entry without one applies everywhere). Replacements are checked as `register_patch_mapping` does.
+    A Spec's entries whose `device` condition does not hold on `device` are left out (an entry without
+    one applies everywhere; see `device_matches`). Replacements are checked as `register_patch_mapping` does.
     """
     if mapping is None:
         return get_patch_mapping()
@@ -184,7 +185,7 @@ def resolve_mapping(mapping: MappingLike, device: str | None = None) -> dict[str
         resolved = {}
         for entry in mapping.patches:
             wanted = getattr(entry, "device", None)
-            if wanted is None or device is None or wanted == device:
+            if wanted is None or device is None or device_matches(wanted, device):
                 resolved.setdefault(entry.pattern, entry.replacement)
     else:
         raise TypeError(

@@ -36,7 +36,8 @@ class PatchEntry:
     """One entry of a spec's patch mapping: modules whose class matches `pattern` become `replacement`.
 
     `pattern` is an exact class name or a regex (`re.search`), as written; `replace_with` is the
-    replacement as written (kept for `to_yaml`); `device` limits the patch to one device type.
+    replacement as written (kept for `to_yaml`); `device` limits the patch to a device type (`cuda`)
+    or one device (`cuda:1`).
     """
 
     pattern: str
@@ -198,6 +199,23 @@ def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistr
     return data
 
 
+def _base_model_names(model_cls: type, model: Any) -> set[str]:
+    """Class names of the base model a task model is built on: the module at `base_model_prefix` of an
+    instance, and for a transformers class, the base model class its config's `model_type` maps to."""
+    names: set[str] = set()
+    prefix = getattr(model_cls, "base_model_prefix", None)
+    base = getattr(model, prefix, None) if model is not None and isinstance(prefix, str) and prefix else None
+    if isinstance(base, nn.Module) and base is not model:
+        names.update(c.__name__ for c in type(base).__mro__)
+    model_type = getattr(getattr(model_cls, "config_class", None), "model_type", None)
+    if model_cls.__module__.startswith("transformers.") and isinstance(model_type, str):
+        from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+        mapped = MODEL_MAPPING_NAMES.get(model_type, ())
+        names.update((mapped,) if isinstance(mapped, str) else mapped)
+    return names
+
+
 class _Resolver:
     """Turns one validated document into a Spec, collecting every problem as a located issue."""
 
@@ -206,6 +224,7 @@ class _Resolver:
         self.registry = registry
         self.policy = policy
         self.model_cls = None if for_model is None else (for_model if isinstance(for_model, type) else type(for_model))
+        self.model_instance = None if isinstance(for_model, type) else for_model
         self.issues: list[SpecIssue] = []
         self.imports: tuple[str, ...] = ()
         self.locations: dict[tuple[str, str, int], SpecIssue] = {}
@@ -255,12 +274,19 @@ class _Resolver:
         )
 
     def check_model(self, model: str | None) -> None:
-        """The `model:` key must name the class of `for_model` or one of its bases (compared by class name)."""
+        """The `model:` key must name the class of `for_model`, one of its bases, or its base model (the
+        `LlamaModel` inside a `LlamaForCausalLM`), compared by class name."""
         if model is None or self.model_cls is None:
             return
         name = re.split(r"[:.]", model)[-1]
-        if name not in {c.__name__ for c in self.model_cls.__mro__}:
-            self.fail(("model",), f"this spec is for {model!r}, but it is applied to {self.model_cls.__name__}.")
+        if name in {c.__name__ for c in self.model_cls.__mro__} or name in _base_model_names(self.model_cls, self.model_instance):
+            return
+        applied = self.model_cls.__name__
+        self.fail(
+            ("model",),
+            f"this spec is for {model!r}, but it is applied to {applied}, which is neither that class, a subclass "
+            f"of it, nor a model built on it; write 'model: {applied}' if the spec fits it, or remove the model key.",
+        )
 
     def import_modules(self, modules: list[str]) -> None:
         """Import the spec's `imports` (with consent); bare names are then searched in those that loaded."""

@@ -30,6 +30,8 @@ SCHEMA_ID = "https://yamltrace.dev/schemas/yamltrace-spec-v1.schema.json"
 SCHEMA_FILE = "yamltrace-spec-v1.schema.json"
 
 _NUMBER_LIKE = re.compile(r"[-+]?[0-9][0-9_.oOxXbBeE+-]*")
+# A list item that YAML flow style reads back unquoted as the same value.
+_PLAIN_ITEM = re.compile(r"-?[0-9]+|[A-Za-z_][A-Za-z0-9_.:]*")
 
 
 @functools.cache
@@ -90,6 +92,9 @@ def _type_message(error: ValidationError) -> str:
         return message + "; write true or false"
     if "integer" in expected and isinstance(value, (str, float)) and _NUMBER_LIKE.fullmatch(str(value)):
         return message + "; write a plain decimal integer (no leading zeros, underscores, 0o/0x or dot)"
+    if expected == ["array"] and isinstance(value, (int, str)) and not isinstance(value, bool):
+        item = str(value) if _PLAIN_ITEM.fullmatch(str(value)) else json.dumps(value)
+        return message + f"; write [{item}] for a list of one"
     return message
 
 

@@ -21,9 +21,18 @@ from yamltrace.tracing import trace
 SDPA = "yamltrace.kernels:SdpaTinyAttention"
 
 
+# The class's own map, written as a user would: a comment and flow style, kept as written.
+TINY_SPEC = """\
+yamltrace: 1
+model: TinyModel   # the class this checkpoint is for
+imports: [yamltrace.examples.tiny]
+outputs: {hidden_states: TinyDecoderLayer, attentions: TinyAttention}
+"""
+
+
 @pytest.fixture
 def checkpoint(tiny: TinyModel, tmp_path: Path) -> Path:
-    save_pretrained(tiny, tmp_path / "ckpt")
+    save_pretrained(tiny, tmp_path / "ckpt", spec=TINY_SPEC)
     return tmp_path / "ckpt"
 
 
@@ -31,9 +40,9 @@ def _write_spec(directory: Path, text: str) -> None:
     (directory / SPEC_FILE).write_text(text, encoding="utf-8")
 
 
-def test_save_writes_config_weights_and_spec(checkpoint: Path) -> None:
+def test_save_writes_config_weights_and_the_spec_as_written(checkpoint: Path) -> None:
     assert sorted(p.name for p in checkpoint.iterdir()) == ["config.json", "model.safetensors", SPEC_FILE]
-    assert "hidden_states: yamltrace.examples.tiny:TinyDecoderLayer" in (checkpoint / SPEC_FILE).read_text()
+    assert (checkpoint / SPEC_FILE).read_text() == TINY_SPEC
 
 
 def test_round_trip_gives_equal_outputs_and_attaches_the_spec(tiny, checkpoint, input_ids) -> None:
@@ -132,7 +141,11 @@ def test_torch_weights_are_read_with_weights_only(tiny, checkpoint, input_ids) -
 
 def test_missing_weights_file_is_reported(checkpoint) -> None:
     (checkpoint / "model.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match="model.safetensors or pytorch_model.bin"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"holds no weights: expected model.safetensors, model.safetensors.index.json, pytorch_model.bin "
+        r"or pytorch_model.bin.index.json\.$",
+    ):
         TinyModel.from_pretrained(checkpoint)
 
 

@@ -1,0 +1,144 @@
+"""The light install, as docs/cli.md tells users to do it: the GitHub Actions recipe (`pip install` from
+the repository URL, then `yamltrace validate`) and the pre-commit recipe, run as written against a
+local clone of this repository in place of the URL.
+
+Both build an environment (a few seconds; ~20 s for pre-commit), so they are marked slow; they stay
+in the default suite and CI. Dependencies come from pip's configured index or cache; torch is never
+installed: the core is PyYAML and jsonschema.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
+DOCS = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+URL = "https://github.com/OWNER/yamltrace"
+SHIPPED = sorted((ROOT / "specs").glob("*.yaml"))
+CORE_SITE_PACKAGES_LIMIT = 50 * 2**20
+BROKEN = "yamltrace: 1\noutputs:\n  hidden_states: {index: 0}\n"
+
+
+def _run(argv: list[str | Path], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _yaml_block_after(heading: str) -> object:
+    section = DOCS[DOCS.index(heading) :]
+    return yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, flags=re.DOTALL).group(1))
+
+
+def _size(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A clone of this repository (its committed HEAD) and that commit, standing in for URL and REF."""
+    target = tmp_path_factory.mktemp("repo") / "yamltrace"
+    assert _run(["git", "clone", "-q", ROOT, target], target.parent).returncode == 0
+    commit = _run(["git", "rev-parse", "HEAD"], target).stdout.strip()
+    return target, commit
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's project: the shipped specs, one broken spec, and a YAML file that is not a spec."""
+    project = tmp_path_factory.mktemp("project")
+    shutil.copytree(ROOT / "specs", project / "specs")
+    (project / "specs" / "broken.yaml").write_text(BROKEN)
+    (project / "ci.yaml").write_text("not: [a, spec]\n")
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"]):
+        assert _run(argv, project).returncode == 0
+    return project
+
+
+@pytest.fixture(scope="module")
+def actions_steps(clone: tuple[Path, str]) -> list[list[str]]:
+    """The `run:` steps of the documented workflow, the URL pointing at the clone (with a host part, which
+    the pip bundled with Python 3.11 needs in a `name @ git+file:` requirement)."""
+    path, commit = clone
+    steps = _yaml_block_after("## GitHub Actions")["jobs"]["validate"]["steps"]
+    commands = [step["run"].replace(f"git+{URL}@REF", f"git+file://localhost{path}@{commit}") for step in steps if "run" in step]
+    return [shlex.split(command) for command in commands]
+
+
+@pytest.fixture(scope="module")
+def core_venv(actions_steps: list[list[str]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv where the documented `pip install` ran (pip itself stays outside the venv)."""
+    venv = tmp_path_factory.mktemp("core") / "venv"
+    assert _run([sys.executable, "-m", "venv", "--without-pip", venv], venv.parent).returncode == 0
+    install = actions_steps[0]
+    assert install[:2] == ["pip", "install"], install
+    installed = _run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", *install[2:]], venv.parent)
+    assert installed.returncode == 0, installed.stderr
+    return venv
+
+
+def test_the_core_install_is_small_and_has_no_torch(core_venv: Path) -> None:
+    (site_packages,) = (core_venv / "lib").glob("python*/site-packages")
+    assert _size(site_packages) < CORE_SITE_PACKAGES_LIMIT
+    names = {p.name.lower() for p in site_packages.iterdir()}
+    assert {"yaml", "jsonschema", "yamltrace"} <= names
+    assert not names & {"torch", "safetensors", "transformers", "numpy", "huggingface_hub"}
+
+
+def test_the_documented_validate_step_runs(core_venv: Path, actions_steps: list[list[str]], project: Path) -> None:
+    validate = actions_steps[1]
+    assert validate[:2] == ["yamltrace", "validate"], validate
+    env = {**os.environ, "PATH": f"{core_venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    result = _run(validate, project, env)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == (
+        "::error file=specs/broken.yaml,line=3,col=18,title=yamltrace::$.outputs.hidden_states: "
+        "give exactly one of 'target' (a class) or 'class_name' (a module path suffix)\n"
+    )
+    valid = _run([core_venv / "bin" / "yamltrace", "validate", ROOT / "specs"], project)
+    assert (valid.returncode, valid.stdout, valid.stderr) == (0, f"{len(SHIPPED)} files, 0 invalid, 0 problems\n", "")
+
+
+def test_the_core_install_prints_the_schema(core_venv: Path, tmp_path: Path) -> None:
+    schema = _run([core_venv / "bin" / "yamltrace", "schema"], tmp_path)
+    assert (schema.returncode, schema.stdout) == (0, (ROOT / "yamltrace" / "schemas" / "yamltrace-spec-v1.schema.json").read_text())
+
+
+def test_a_torch_name_without_torch_names_the_extra(core_venv: Path, tmp_path: Path) -> None:
+    code = "import yamltrace\nprint(yamltrace.__file__)\nfrom yamltrace import trace\n"
+    result = _run([core_venv / "bin" / "python", "-c", code], tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.startswith(str(core_venv))  # the installed package, not this checkout
+    assert result.stderr.splitlines()[-1] == (
+        "ImportError: yamltrace.trace needs torch, which is not installed: pip install 'yamltrace[torch]' "
+        "(or install torch yourself). The core install only validates specs and prints the schema."
+    )
+
+
+def test_the_documented_pre_commit_config_runs(clone: tuple[Path, str], project: Path, tmp_path: Path) -> None:
+    """The docs' `.pre-commit-config.yaml` with the clone as `repo` and its commit as `rev`."""
+    pre_commit = shutil.which("pre-commit", path=str(Path(sys.executable).parent))
+    assert pre_commit is not None, "pre-commit is a test dependency (pyproject [test])"
+    path, commit = clone
+    config = _yaml_block_after("## pre-commit")
+    assert config["repos"][0]["repo"] == URL and config["repos"][0]["rev"] == "REF"
+    config["repos"][0].update(repo=str(path), rev=commit)
+    (tmp_path / "pre-commit-config.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
+    result = _run([pre_commit, "run", "--all-files", "--config", tmp_path / "pre-commit-config.yaml"], project, env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    output = result.stdout.splitlines()
+    start = output.index("- exit code: 1")
+    assert [line for line in output[start + 1 :] if line] == [
+        "specs/broken.yaml:3:18: $.outputs.hidden_states: give exactly one of 'target' (a class) or 'class_name' (a module path suffix)",
+        f"{len(SHIPPED) + 1} files, 1 invalid, 1 problem",
+    ]

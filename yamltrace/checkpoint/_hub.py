@@ -1,0 +1,118 @@
+"""Checkpoints named by a Hugging Face Hub id (`org/name`): their `yamltrace.yaml` and, for yamltrace's
+own models, their files, fetched with the same revision, cache and offline rules as the weights.
+
+huggingface_hub is needed only for Hub ids (`pip install 'yamltrace[hub]'`; transformers installs it).
+A repository without `yamltrace.yaml` loads with no spec (logged at debug level). Offline
+(`HF_HUB_OFFLINE=1` or `local_files_only=True`), only the local cache is read: a spec the cache knows
+is absent is treated as absent; one the cache has never seen is reported with a warning, since the
+repository may ship one that was never downloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HUB_OPTIONS", "hub_options", "is_hub_id", "hub_spec_file", "hub_snapshot"]
+
+logger = logging.getLogger("yamltrace.checkpoint")
+
+# The keyword arguments of `from_pretrained` that say where a Hub checkpoint comes from.
+HUB_OPTIONS = ("revision", "cache_dir", "local_files_only", "token", "subfolder")
+
+# Files a yamltrace model's snapshot needs: config, weights (single, sharded, or torch), the spec.
+_SNAPSHOT_FILES = ["config.json", "*.safetensors", "*.index.json", "pytorch_model*.bin", "yamltrace.yaml"]
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def hub_options(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The Hub options among `from_pretrained`'s keyword arguments (they stay in `kwargs`)."""
+    return {name: kwargs[name] for name in HUB_OPTIONS if kwargs.get(name) is not None}
+
+
+def is_hub_id(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` names a Hub repository rather than a local folder: not an existing path, and
+    `name` or `org/name` (a path like `./ckpt`, `/abs/ckpt` or `a/b/c` is always local)."""
+    return isinstance(path, str) and not os.path.exists(path) and _REPO_ID.fullmatch(path) is not None
+
+
+def _hub() -> Any:
+    try:
+        import huggingface_hub
+    except ModuleNotFoundError as e:
+        raise ImportError(
+            "Loading a checkpoint by its Hub id needs huggingface_hub: pip install 'yamltrace[hub]' "
+            "(or pass a local folder).",
+            name="huggingface_hub",
+        ) from e
+    return huggingface_hub
+
+
+def _offline(hub: Any, options: Mapping[str, Any]) -> bool:
+    return bool(options.get("local_files_only")) or bool(hub.is_offline_mode())
+
+
+def hub_spec_file(repo_id: str, filename: str, options: Mapping[str, Any]) -> Path | None:
+    """The repository's spec file (downloaded or cached), or None when the repository has none."""
+    hub = _hub()
+    subfolder = options.get("subfolder")
+    where = f"{repo_id}@{options.get('revision') or 'main'}"
+    if _offline(hub, options):
+        cached = hub.try_to_load_from_cache(
+            repo_id,
+            f"{subfolder}/{filename}" if subfolder else filename,
+            cache_dir=options.get("cache_dir"),
+            revision=options.get("revision"),
+        )
+        if isinstance(cached, str):
+            return Path(cached)
+        if cached is hub._CACHED_NO_EXIST:
+            logger.debug("%s has no %s: loading without a spec.", where, filename)
+        else:
+            logger.warning(
+                "%s: %s is not in the local cache and the Hub is offline, so the model loads without the spec "
+                "the repository may ship; load it once online (or download %s) to use it.",
+                where,
+                filename,
+                filename,
+            )
+        return None
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    try:
+        return Path(
+            hub.hf_hub_download(
+                repo_id,
+                filename,
+                subfolder=subfolder,
+                revision=options.get("revision"),
+                cache_dir=options.get("cache_dir"),
+                token=options.get("token"),
+            )
+        )
+    except EntryNotFoundError as e:
+        if isinstance(e, LocalEntryNotFoundError):  # the Hub could not be reached: not an answer
+            raise
+        logger.debug("%s has no %s: loading without a spec.", where, filename)
+        return None
+
+
+def hub_snapshot(repo_id: str, options: Mapping[str, Any]) -> Path:
+    """The local folder of a yamltrace model's checkpoint on the Hub (config, weights, spec)."""
+    hub = _hub()
+    subfolder = options.get("subfolder")
+    patterns = [f"{subfolder}/{p}" for p in _SNAPSHOT_FILES] if subfolder else _SNAPSHOT_FILES
+    folder = hub.snapshot_download(
+        repo_id,
+        revision=options.get("revision"),
+        cache_dir=options.get("cache_dir"),
+        local_files_only=_offline(hub, options),
+        token=options.get("token"),
+        allow_patterns=patterns,
+    )
+    return Path(folder) / subfolder if subfolder else Path(folder)
