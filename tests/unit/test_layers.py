@@ -27,7 +27,7 @@ LAYERS = [
     ("yamltrace.patch.", "yamltrace.patch"),
     ("yamltrace.checkpoint.", "yamltrace.checkpoint"),
     ("yamltrace.modeling.", "yamltrace.modeling"),
-    ("yamltrace.examples.", "yamltrace.examples", "yamltrace.kernels", "yamltrace.cli.", "yamltrace.cli", "yamltrace.__main__", "yamltrace"),
+    ("yamltrace.examples.", "yamltrace.examples", "yamltrace.kernels.", "yamltrace.kernels", "yamltrace.cli.", "yamltrace.cli", "yamltrace.__main__", "yamltrace"),
 ]
 
 
