@@ -13,7 +13,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_families import FAMILIES, GEMMA, NO_GATED_MLP, cached, config, ids, model_class, recorded_calls, replacements
+from kernel_families import (
+    FAMILIES,
+    GEMMA,
+    NO_GATED_MLP,
+    cached,
+    config,
+    ids,
+    model_class,
+    recorded_calls,
+    replacements,
+)
 from torch import nn
 
 from yamltrace.kernels import GatedMLP, GemmaRMSNorm, RMSNorm, SdpaAttention
@@ -66,7 +76,7 @@ def test_replacement_equals_the_original_module(family, kind, dtype):
         with torch.no_grad():
             expected, got = first(original(*args, **kwargs)), first(replacement(*args, **kwargs))
         assert got.dtype == expected.dtype, path
-        torch.testing.assert_close(got, expected, **(FLOAT32 if dtype == torch.float32 else BFLOAT16), msg=lambda m: f"{path}: {m}")
+        torch.testing.assert_close(got, expected, **(FLOAT32 if dtype == torch.float32 else BFLOAT16), msg=lambda m, path=path: f"{path}: {m}")
 
 
 def _gradients(module: nn.Module, args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -86,7 +96,7 @@ def test_replacement_has_the_original_gradients(family, kind):
         expected = _gradients(original, args, kwargs)
         got = _gradients(replacement_for(family, kind).from_module(original), args, kwargs)
         for number, (a, b) in enumerate(zip(got, expected)):
-            torch.testing.assert_close(a, b, **FLOAT32, msg=lambda m: f"{path} gradient {number}: {m}")
+            torch.testing.assert_close(a, b, **FLOAT32, msg=lambda m, path=path, number=number: f"{path} gradient {number}: {m}")
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

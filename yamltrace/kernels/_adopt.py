@@ -15,7 +15,7 @@ from torch import nn
 
 from ..errors import YamltraceError
 
-__all__ = ["UnsupportedModuleError", "adopt", "require", "refuse", "plain_linear"]
+__all__ = ["UnsupportedModuleError", "adopt", "plain_linear", "refuse", "require"]
 
 M = TypeVar("M", bound=nn.Module)
 

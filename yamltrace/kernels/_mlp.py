@@ -44,7 +44,7 @@ def _identify(activation: nn.Module) -> str | None:
     with torch.no_grad():
         try:
             values = activation(probe)
-        except Exception:
+        except (RuntimeError, TypeError, ValueError):  # not an elementwise activation of one tensor
             return None
         for name, function in _FUNCTIONS.items():
             if isinstance(values, torch.Tensor) and torch.allclose(values, function(probe), atol=1e-6, rtol=0):

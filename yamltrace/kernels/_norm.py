@@ -17,11 +17,16 @@ from torch.nn import functional as F
 
 from ._adopt import adopt, refuse, require
 
-__all__ = ["RMSNorm", "GemmaRMSNorm"]
+__all__ = ["GemmaRMSNorm", "RMSNorm"]
 
 
 def _check_norm(cls: type, original: nn.Module, epsilon: str, other: str, other_class: str) -> None:
     """`original` holds one 1-D `weight` parameter and a number under `epsilon` (not under `other`)."""
+    require(cls, original, like="an RMSNorm", attributes=("weight",))
+    weight = original._parameters.get("weight")
+    if weight is None or weight.dim() != 1 or set(original._parameters) != {"weight"}:
+        found = "no `weight` parameter" if weight is None else f"parameters {sorted(original._parameters)}"
+        raise refuse(cls, original, f"an RMSNorm has one 1-D `weight` parameter, this one has {found}.")
     if hasattr(original, other) and not hasattr(original, epsilon):
         raise refuse(
             cls,
@@ -29,12 +34,7 @@ def _check_norm(cls: type, original: nn.Module, epsilon: str, other: str, other_
             f"its epsilon is in `{other}`, as in the other RMSNorm family, which scales differently; "
             f"use yamltrace.kernels:{other_class} for it.",
         )
-    require(cls, original, like=f"an RMSNorm with `weight` and `{epsilon}`", attributes=("weight", epsilon))
-    weight = original._parameters.get("weight")
-    extra = sorted(set(original._parameters) - {"weight"})
-    if weight is None or weight.dim() != 1 or extra:
-        found = "no `weight` parameter" if weight is None else f"parameters {sorted(original._parameters)}"
-        raise refuse(cls, original, f"an RMSNorm has one 1-D `weight` parameter, this one has {found}.")
+    require(cls, original, like=f"an RMSNorm with `weight` and `{epsilon}`", attributes=(epsilon,))
     if not isinstance(getattr(original, epsilon), numbers.Real):
         raise refuse(cls, original, f"`{epsilon}` is {getattr(original, epsilon)!r}, not a number.")
     offset = getattr(original, "offset", 0.0)
