@@ -146,3 +146,47 @@ def test_a_model_built_with_the_replacements_has_the_same_logits(family):
     inputs = ids()
     with torch.no_grad():
         torch.testing.assert_close(model(inputs).logits, reference(inputs).logits, **FLOAT32)
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "gemma3", "phi3"])
+def test_cached_generation_steps_with_sliding_windows_equal_the_original(family):
+    from transformers import DynamicCache
+
+    model = cached(family)
+    steps = [ids(1, 7), ids(1, 3)[:, :2], ids(1, 1)]
+    outputs = []
+    for patched in (False, True):
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad(), patch_model(model, replacements(family) if patched else {}):
+            outputs.append([model(step, past_key_values=cache, use_cache=True).logits for step in steps])
+    for got, expected in zip(outputs[1], outputs[0]):
+        torch.testing.assert_close(got, expected, **FLOAT32)
+
+
+def _window_mask(q_len: int, k_len: int) -> torch.Tensor:
+    """transformers' additive causal mask with a sliding window of 4, for the last `q_len` of `k_len` positions."""
+    rows, cols = torch.arange(k_len - q_len, k_len)[:, None], torch.arange(k_len)[None]
+    return torch.zeros(1, 1, q_len, k_len).masked_fill((cols > rows) | (cols <= rows - 4), torch.finfo(torch.float32).min)
+
+
+@pytest.mark.parametrize("q_len", [9, 3, 1])
+def test_without_a_mask_the_window_and_causality_are_built_in(q_len):
+    """Called with no mask (after a cache prefix or not), SdpaAttention applies the causal window the model would build."""
+    from transformers import DynamicCache
+
+    model = cached("mistral")
+    original = model.model.layers[0].self_attn
+    replacement = SdpaAttention.from_module(original)
+    assert replacement.sliding_window == 4
+    hidden = torch.randn(1, 9, 32, generator=torch.Generator().manual_seed(3))
+    cos, sin = model.model.rotary_emb(hidden, torch.arange(9)[None])
+    start = 9 - q_len
+    outputs = []
+    for module, masked in ((original, True), (replacement, False)):
+        cache = DynamicCache()
+        with torch.no_grad():
+            if start:
+                module(hidden[:, :start], (cos[:, :start], sin[:, :start]), _window_mask(start, start) if masked else None, cache)
+            step = module(hidden[:, start:], (cos[:, start:], sin[:, start:]), _window_mask(q_len, 9) if masked else None, cache)
+        outputs.append(step[0])
+    torch.testing.assert_close(outputs[1], outputs[0], **FLOAT32)
