@@ -93,8 +93,10 @@ def replacements(family: str) -> dict[str, type[nn.Module]]:
     return mapping
 
 
-def recorded_calls(model: nn.Module, selects: Callable[[nn.Module], bool]) -> list[tuple[str, nn.Module, tuple, dict]]:
-    """(path, module, args, kwargs) of each selected module's call in one forward of `ids()`."""
+def recorded_calls(
+    model: nn.Module, selects: Callable[[nn.Module], bool], inputs: torch.Tensor | None = None
+) -> list[tuple[str, nn.Module, tuple, dict]]:
+    """(path, module, args, kwargs) of each selected module's call in one forward of `inputs` (default `ids()`)."""
     calls: list[tuple[str, nn.Module, tuple, dict]] = []
     handles = []
     for path, module in model.named_modules():
@@ -105,7 +107,7 @@ def recorded_calls(model: nn.Module, selects: Callable[[nn.Module], bool]) -> li
             handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
     try:
         with torch.no_grad():
-            model(ids(), use_cache=False)
+            model(ids() if inputs is None else inputs, use_cache=False)
     finally:
         for handle in handles:
             handle.remove()
