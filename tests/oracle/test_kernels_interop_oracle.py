@@ -2,7 +2,7 @@
 
 The Liger-Kernel classes are stand-ins with Liger's constructors whose forward raises (Liger's
 Triton kernels need a GPU): installed in `sys.modules` as `liger_kernel.transformers`, so the
-shipped `specs/llama-liger.yaml` resolves, and the tests show which entries apply on which device.
+example `docs/specs/llama-liger.yaml` resolves, and the tests show which entries apply on which device.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from yamltrace.spec import load_spec
 
 pytestmark = pytest.mark.oracle
 
-LIGER_SPEC = ROOT / "specs" / "llama-liger.yaml"
+LIGER_SPEC = ROOT / "docs" / "specs" / "llama-liger.yaml"
 SOFTCAP = r"it soft-caps the attention logits \(attn_logit_softcapping=50\.0\), which scaled_dot_product_attention cannot do"
 
 
@@ -155,3 +155,15 @@ def test_patch_model_cannot_adopt_a_liger_class_and_says_how(liger):
     model = LlamaModel(config("llama"))
     with pytest.raises(PatchError, match=r"cannot become liger_kernel\.transformers\.LigerRMSNorm: it has no from_module"):
         patch_model(model, spec, device="cuda")
+
+
+def test_the_llama_kernels_example_swaps_all_three_and_equals_eager():
+    from transformers import LlamaModel
+
+    spec = load_spec(ROOT / "docs" / "specs" / "llama-kernels.yaml", for_model=LlamaModel)
+    torch.manual_seed(0)
+    model = LlamaModel(config("llama")).eval()
+    expected = model(ids()).last_hidden_state
+    with patch_model(model, spec) as handle:
+        assert {r.replacement for r in handle.replaced} == {SdpaAttention, RMSNorm, GatedMLP}
+        torch.testing.assert_close(model(ids()).last_hidden_state, expected, atol=1e-5, rtol=0)
