@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))  # this checkout's yamltrace, also when run as a script
 sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))
 
 import harness  # noqa: E402

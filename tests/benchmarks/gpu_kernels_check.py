@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).parents[2]))  # this checkout's yamltrace, also when run as a script
 sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))
 
 import kernel_families  # noqa: E402
@@ -87,7 +88,7 @@ def check_allclose() -> list[str]:
 
 def timings(seq: int = 1024) -> list[str]:
     """Whole-model forward time and peak memory, original vs every replacement, per family, bfloat16."""
-    lines = [f"| family | original ms | replacement ms | ratio | original peak MiB | replacement peak MiB |", "|---|---|---|---|---|---|"]
+    lines = ["| family | original ms | replacement ms | ratio | original peak MiB | replacement peak MiB |", "|---|---|---|---|---|---|"]
     inputs = torch.randint(1, SIZES["vocab_size"], (1, seq), device=DEVICE)
     for family in ("llama", "qwen2", "qwen3", "gemma3", "phi3"):
         figures = []
