@@ -27,7 +27,18 @@ LAYERS = [
     ("yamltrace.patch.", "yamltrace.patch"),
     ("yamltrace.checkpoint.", "yamltrace.checkpoint"),
     ("yamltrace.modeling.", "yamltrace.modeling"),
-    ("yamltrace.examples.", "yamltrace.examples", "yamltrace.kernels", "yamltrace.extraction.", "yamltrace.extraction", "yamltrace.cli.", "yamltrace.cli", "yamltrace.__main__", "yamltrace"),
+    (
+        "yamltrace.examples.",
+        "yamltrace.examples",
+        "yamltrace.kernels.",
+        "yamltrace.kernels",
+        "yamltrace.extraction.",
+        "yamltrace.extraction",
+        "yamltrace.cli.",
+        "yamltrace.cli",
+        "yamltrace.__main__",
+        "yamltrace",
+    ),
 ]
 
 

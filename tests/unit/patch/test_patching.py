@@ -9,7 +9,7 @@ from helpers import patch_spec
 import torch
 from torch import nn
 
-import yamltrace.kernels
+import yamltrace.kernels._tiny
 import yamltrace.examples.tiny
 from yamltrace.kernels import SdpaTinyAttention
 from yamltrace.patch import clear_patch_mapping, register_patch_mapping
@@ -115,13 +115,13 @@ def test_apply_patches_restores_after_an_exception():
 
 
 def test_apply_patches_touches_only_the_named_modules():
-    # yamltrace.kernels imports TinyAttention too; it does not define the model being built.
+    # yamltrace.kernels._tiny imports TinyAttention too; it does not define the model being built.
     with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=[TinyModel]):
-        assert yamltrace.kernels.TinyAttention is TinyAttention
-    with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=["yamltrace.kernels"]):
-        assert yamltrace.kernels.TinyAttention is SdpaTinyAttention
+        assert yamltrace.kernels._tiny.TinyAttention is TinyAttention
+    with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=["yamltrace.kernels._tiny"]):
+        assert yamltrace.kernels._tiny.TinyAttention is SdpaTinyAttention
         assert yamltrace.examples.tiny.TinyAttention is TinyAttention
-    assert yamltrace.kernels.TinyAttention is TinyAttention
+    assert yamltrace.kernels._tiny.TinyAttention is TinyAttention
 
 
 def test_apply_patches_replaces_only_module_classes():

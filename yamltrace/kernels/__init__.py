@@ -1,0 +1,37 @@
+"""Replacement kernels to swap in with one line of a spec, each verified against the module it replaces.
+
+| replacement                  | replaces                                                                    |
+|------------------------------|-----------------------------------------------------------------------------|
+| `RMSNorm`                    | Llama-style RMSNorm (`weight`, `variance_epsilon`) via `F.rms_norm`         |
+| `GemmaRMSNorm`               | Gemma-style RMSNorm (`1 + weight`, `eps`) via `F.rms_norm`                  |
+| `GatedMLP`                   | SwiGLU / GeGLU MLPs (separate or fused gate/up) as one expression           |
+| `SdpaAttention`              | eager decoder attention via `scaled_dot_product_attention`, GQA, windows    |
+| `SdpaLlamaAttention`         | the same as `SdpaAttention` (the name earlier specs use)                    |
+| `SdpaTinyAttention`          | `yamltrace.examples.tiny.TinyAttention`                                     |
+
+Each has the original's constructor (for `apply_patches`/`from_pretrained`) and a
+`from_module(original)` that checks the module's structure, raises `UnsupportedModuleError` naming
+what does not fit, and otherwise shares the original's parameters (for `patch_model`). docs/kernels.md
+lists the families, the tolerances and the measurements. Importing this package does not import
+transformers.
+"""
+
+from ._adopt import UnsupportedModuleError
+from ._attention import SdpaAttention, SdpaLlamaAttention
+from ._hub import forward_from
+from ._mlp import GatedMLP
+from ._norm import GemmaRMSNorm, RMSNorm
+from ._rotary import apply_rotary
+from ._tiny import SdpaTinyAttention
+
+__all__ = [
+    "GatedMLP",
+    "GemmaRMSNorm",
+    "RMSNorm",
+    "SdpaAttention",
+    "SdpaLlamaAttention",
+    "SdpaTinyAttention",
+    "UnsupportedModuleError",
+    "apply_rotary",
+    "forward_from",
+]
