@@ -41,6 +41,7 @@ from .engine import (
     tie_last_enabled,
     tie_last_hidden_state,
     tie_points,
+    unwrap,
 )
 from .errors import did_you_mean
 from .spec import Spec, load_spec
@@ -163,6 +164,8 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
     and are removed even if the block raises. `model` may be the module `torch.compile` returned, or
     the original of a compiled module, before or after its first compiled call (see docs/capture.md).
     """
+    # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
+    outer, model = model, unwrap(model)
     scopes, explicit = _resolve(model, spec, strict)
     paths = [s.path for s in scopes]
     top = outermost(paths)
@@ -278,7 +281,7 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
     handles: list[Any] = []
     token = None
     try:
-        handles.append(model.register_forward_pre_hook(step_started))
+        handles.append(outer.register_forward_pre_hook(step_started))
         decorated = decorated_paths(model)
         for scope in scopes:
             handles.append(scope.module.register_forward_pre_hook(scope_entry(scope)))
@@ -293,8 +296,8 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
             handles.append(scope.module.register_forward_hook(scope_exited, always_call=True))
             if scope.exposed and scope.plan:
                 handles.append(install_hooks(scope.plan, _ScopeSink(session, scope, fired)))
-        handles.append(model.register_forward_hook(step_finished))
-        handles.append(model.register_forward_hook(step_ended, always_call=True))
+        handles.append(outer.register_forward_hook(step_finished))
+        handles.append(outer.register_forward_hook(step_ended, always_call=True))
         token = session.enter()
         yield captures
     finally:

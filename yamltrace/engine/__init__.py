@@ -22,6 +22,7 @@ from ._session import (
     tie_last_hidden_state,
     uncompiled,
 )
+from ._wrappers import logical_path, unwrap
 
 __all__ = [
     "CAPTURE_DTYPES",
@@ -62,4 +63,6 @@ __all__ = [
     "tie_last_enabled",
     "tie_last_hidden_state",
     "uncompiled",
+    "logical_path",
+    "unwrap",
 ]

@@ -20,6 +20,7 @@ from torch.nn.modules.module import register_module_module_registration_hook
 from ._collector import Entry, HookPlan, entry_of
 from ._devices import require_devices
 from ._recorder import OutputRecorder, normalize_output_map
+from ._wrappers import child_path, wrapped_attribute
 
 __all__ = ["HookPlan", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
 
@@ -176,7 +177,9 @@ def _walk(
                 child_map = own_output_map(child)
                 if child_map is not MISSING:
                     child_checks = _checks(normalize_output_map(child_map or {}), wanted)
-            visit(child, f"{path}.{name}", child_checks)
+            visit(child, child_path(module, path, name), child_checks)
+        if wrapped_attribute(module) is not None:
+            return  # a wrapper records nothing, its wrapped module does (paths without wrappers: _wrappers)
         entries = []
         for matches, entry in checks:
             if matches(module, path):

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from torch import nn
 
 from ._session import decorator_tie_last
+from ._wrappers import unwrapped_modules
 
 __all__ = ["decorated_paths", "is_under", "outermost", "tie_points", "exposed_names", "scope_label", "scope_modules"]
 
@@ -92,12 +93,12 @@ def exposed_names(keys: Mapping[str, Sequence[str]], hooked: Mapping[str, set[st
 
 def scope_modules(model: nn.Module, scope: str, nested: Iterable[str]) -> list[tuple[str, nn.Module]]:
     """(path relative to the scope module with a leading dot, module) of a scope's subtree, nested
-    scopes left out: the paths a recorder's `matches` sees."""
+    scopes and wrappers (`_wrappers`) left out: the paths a recorder's `matches` sees."""
     module = model.get_submodule(scope)
     nested = [n for n in nested if n != scope and is_under(n, scope)]
     found = []
-    for path, child in module.named_modules():
-        full = f"{scope}.{path}" if scope and path else (path or scope)
+    for raw, path, child in unwrapped_modules(module):
+        full = f"{scope}.{raw}" if scope and raw else (raw or scope)
         if not any(is_under(full, n) for n in nested):
             found.append((f".{path}" if path else "", child))
     return found
