@@ -61,6 +61,14 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
     for models whose last hidden state must stay the pre-norm one). `config.tie_last_hidden_states`,
     when set, overrides the argument, and so does the `tie_last_hidden_states` option of a spec
     attached by `from_pretrained`.
+
+    Args:
+        func: the `forward` to decorate (given when used bare).
+        tie_last_hidden_states: replace the last captured hidden state by the output's
+            `last_hidden_state` (default True).
+
+    The decorated forward reads `output_<key>` for each key of the map from its keyword arguments,
+    else from `self.config`; a key switched on gets a tuple on the returned output (docs/capture.md).
     """
 
     def decorate(forward: F) -> F:

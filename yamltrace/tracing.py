@@ -160,9 +160,31 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
         strict: with an explicit spec, a recorder that matches no module of the model is a `SpecError`
             located at the recorder (unless marked `optional`); `strict=False` makes it a warning.
 
+    Yields:
+        `Captures`: a read-only mapping `key -> tuple`, all calls of `model` in the block concatenated
+        (`captures.steps` keeps them apart), complete when the block exits. Each value knows its module:
+        `captures.paths(key)`, `captures.by_path(key)`, `captures.stack(key)`.
+
+    Raises:
+        SpecError: the spec cannot be read or resolved, a recorder matches no module (strict), or the
+            spec has patches the model does not have applied yet (apply them with `patch_model`).
+        KeyError: a key in `outputs` that the spec does not declare (the message lists the known keys).
+        ValueError: `spec=None` on a model that declares no capture map.
+        CaptureError: during the block, a recorder cannot take what it asks for (an index past a
+            module's tuple output, token positions out of range).
+
     Hooks exist only inside the block, record only calls made in the context (thread) that entered it,
     and are removed even if the block raises. `model` may be the module `torch.compile` returned, or
     the original of a compiled module, before or after its first compiled call (see docs/capture.md).
+
+    Example:
+        >>> import torch, yamltrace
+        >>> from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
+        >>> model = TinyModel(TinyConfig()).eval()
+        >>> with torch.no_grad(), yamltrace.trace(model, {"hidden_states": TinyDecoderLayer}) as captures:
+        ...     _ = model(torch.randint(0, 128, (1, 8)))
+        >>> len(captures["hidden_states"])  # the embeddings, then one per layer (the last tied post-norm)
+        5
     """
     # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
     outer, model = model, unwrap(model)

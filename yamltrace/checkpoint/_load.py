@@ -218,6 +218,29 @@ def from_pretrained(
     is built (scoped to that load; the process-wide patch registry is not touched), recorders are
     retargeted to the replacements, and `trace(model)` uses the spec. Other keyword arguments go to
     transformers' `from_pretrained`.
+
+    Args:
+        cls: the model class to build (`TinyModel`, `LlamaForCausalLM`, `AutoModelForCausalLM`).
+        path: a checkpoint folder, or a Hub id.
+        spec: replaces the checkpoint's spec: a path, YAML text, a mapping or a `Spec`.
+        overrides: laid over the checkpoint's (or `spec`'s) entries, key by key.
+        trust_imports: allow the spec to import modules outside the model's package, torch and
+            yamltrace (a checkpoint's spec is untrusted data; see docs/security.md).
+        device: where to build the model; also selects device-conditioned patches.
+        dtype: the parameters' dtype.
+
+    Returns:
+        The model with its weights and its spec attached (`model.yamltrace_spec`). A yamltrace model
+        is returned in training mode, as built: call `.eval()` for inference.
+
+    Raises:
+        SpecError: the spec (or an override) cannot be read, resolved or applied; nothing is built.
+        PatchError: a patch cannot build its replacement (a constructor that does not fit).
+        FileNotFoundError: the folder has no `config.json`, or no weights.
+
+    Example:
+        >>> model = yamltrace.from_pretrained(TinyModel, "ckpt",                     # doctest: +SKIP
+        ...     overrides={"patches": {"TinyAttention": "yamltrace.kernels:SdpaTinyAttention"}})
     """
     if is_yamltrace_model(cls):
         return load_yamltrace_model(

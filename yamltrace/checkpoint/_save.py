@@ -35,6 +35,22 @@ def save_pretrained(
     `spec` (a path, YAML text or bytes: copied byte for byte once it validates; a `Spec` or a mapping:
     rendered with `to_yaml`) is written as `yamltrace.yaml`; without it, the spec attached by
     `from_pretrained`, if any. A model with neither is saved without a spec file.
+
+    Args:
+        model: the model to save.
+        directory: the checkpoint folder (created if needed).
+        spec: the spec to ship with it.
+        trust_imports: as for `load_spec`: the spec is validated and resolved against the model first.
+
+    Returns:
+        The folder written.
+
+    Raises:
+        SpecError: the spec has a problem; nothing is written.
+
+    Example:
+        >>> yamltrace.save_pretrained(model, "ckpt", spec="specs/tiny.yaml")   # doctest: +SKIP
+        PosixPath('ckpt')
     """
     if is_yamltrace_model(type(model)):
         return save_yamltrace_model(model, directory, spec=spec, trust_imports=trust_imports)

@@ -150,5 +150,15 @@ class Activations:
 
 
 def open_activations(directory: str | os.PathLike[str]) -> Activations:
-    """Open a finished extraction (a directory `extract` wrote) for lazy reading; see `Activations`."""
+    """Open a finished extraction (a directory `extract` wrote) for lazy reading; see `Activations`.
+
+    Args:
+        directory: the `out_dir` given to `extract` (or `yamltrace extract --out`).
+
+    Returns:
+        `Activations`: `len()` rows; `get(key, layer=..., rows=...)` reads only what is asked for.
+
+    Raises:
+        FileNotFoundError: no `index.json` there (the extraction did not finish, or another folder).
+    """
     return Activations(directory)

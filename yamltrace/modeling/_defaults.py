@@ -25,6 +25,10 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
     An explicit positional or keyword value wins, else the config's value. `use_cache=True` while
     training with gradient checkpointing becomes False with a warning. `is_causal` from kwargs or the
     config is set on both for the duration of the call.
+
+    Args:
+        func: the `forward` to decorate (used bare, `@merge_with_config_defaults`, or called with `names`).
+        names: the arguments to fill from the config when the caller left them out.
     """
 
     def decorate(forward: F) -> F:

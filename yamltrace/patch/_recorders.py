@@ -82,6 +82,14 @@ def patch_output_recorders(
     the mapping selects now targets the replacement, so capture hooks fire on replacement instances.
     The retargeted map is set on each *instance*: the class, and models built later, are untouched.
     `device` selects a Spec's entries (default: the model's device). Returns a handle that restores.
+
+    Args:
+        model: the model whose modules' capture maps to retarget.
+        mapping: a `pattern -> class` mapping or a `Spec`; None uses the process-wide registry.
+        device: which device-conditioned entries of a Spec apply.
+
+    Returns:
+        A `PatchHandle`; `remove()` deletes the instance maps again (idempotent).
     """
     resolved = resolve_mapping(mapping, device_type(device, model_device(model)))
     updates = []

@@ -152,12 +152,20 @@ def register_patch_mapping(mapping: Mapping[str, type[nn.Module]], overwrite: bo
 
     Warning: this mapping is global. Prefer passing a mapping or a `Spec` to `apply_patches`,
     `patch_output_recorders` and `patch_model`.
+
+    Args:
+        mapping: class name or regex -> replacement class.
+        overwrite: replace keys that are already registered.
     """
     default_patch_registry.register(mapping, overwrite=overwrite)
 
 
 def unregister_patch_mapping(keys: Iterable[str]) -> None:
-    """Remove registered keys (exactly as registered); ValueError, removing nothing, for an unknown key."""
+    """Remove registered keys (exactly as registered); ValueError, removing nothing, for an unknown key.
+
+    Args:
+        keys: the keys to remove, spelled as they were registered.
+    """
     default_patch_registry.unregister(keys)
 
 

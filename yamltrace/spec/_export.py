@@ -61,6 +61,15 @@ def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
     decorated submodules; given an instance, that instance's structure (and configuration) is used.
     The capture decorator's `tie_last_hidden_states=False` becomes the option
     `tie_last_hidden_states: false` (of the scope it belongs to).
+
+    Args:
+        cls_or_model: a model class (built from its default config on the meta device) or instance.
+
+    Returns:
+        A `Spec` that captures what the model's own maps capture; `spec.to_yaml()` writes it.
+
+    Raises:
+        ValueError: the model has no capture map and no decorated submodule to export.
     """
     model_cls = cls_or_model if isinstance(cls_or_model, type) else type(cls_or_model)
     model = cls_or_model if isinstance(cls_or_model, nn.Module) else _on_meta(model_cls)

@@ -302,6 +302,17 @@ def register_class(name: Any, cls: Any = None) -> Any:
     """Register a class for specs in the default registry: `register_class("Name", cls)`, or as a decorator.
 
     `@register_class` registers under the class's `__name__`; `@register_class("Name")` under "Name".
+    A spec may then name the class as `Name` without importing anything (registering is consent).
+
+    Args:
+        name: the name specs use, or the class itself (decorator without arguments).
+        cls: the class (an `nn.Module` subclass for recorders and patches).
+
+    Returns:
+        The class (so it works as a decorator), or a decorator when only a name is given.
+
+    Raises:
+        ValueError: the name is already registered (`unregister_class` it first).
     """
     if isinstance(name, type) and cls is None:
         return default_registry.register(name.__name__, name)

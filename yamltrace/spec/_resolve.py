@@ -381,6 +381,10 @@ def load_spec(
             spec must name its class (or a base class).
         max_bytes: the largest spec file accepted.
         registry: the class registry to resolve names with (default: the default registry).
+
+    Returns the immutable `Spec` (`outputs`: key -> tuple of `OutputRecorder`; `scopes`; `patches`).
+    Raises `SpecError` with every problem (schema, unknown classes with the closest names, imports
+    refused without `trust_imports`, bad patterns, a `model:` mismatch), each located.
     """
     if isinstance(source, Spec):
         return source

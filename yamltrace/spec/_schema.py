@@ -182,7 +182,27 @@ def validate_spec(
 ) -> SpecDocument:
     """Read `source` safely (see `read_spec_document`) and check it against the schema; imports nothing.
 
-    Returns the validated document; raises SpecError listing every problem, each located.
+    Needs only PyYAML and jsonschema: it never imports torch or a module the spec names, so it is what
+    CI and pre-commit run (`yamltrace validate`). Class names are not resolved: `load_spec` does that.
+
+    Args:
+        source: a path, YAML text or bytes, a mapping, or an already read `SpecDocument`. A file's
+            `extends` chain is read and checked too.
+        max_bytes: the largest spec accepted, counted over the whole `extends` chain.
+
+    Returns:
+        The validated `SpecDocument` (the merged mapping, with each node's file, line and column).
+
+    Raises:
+        SpecError: every problem found, each located (`file:line:column: $.json.path: message`).
+
+    Example:
+        >>> from yamltrace import SpecError, validate_spec
+        >>> try:
+        ...     validate_spec({"yamltrace": 1, "outputs": {"hidden_states": {"target": "X", "idx": 0}}})
+        ... except SpecError as e:
+        ...     print(e.issues[0].message)
+        unknown key 'idx'; did you mean 'index'?
     """
     document, issues = checked_document(source, max_bytes=max_bytes)
     if issues:
