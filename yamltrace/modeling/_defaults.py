@@ -33,10 +33,10 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
 
         @functools.wraps(forward)
         def wrapper(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            config = self.config
+            config: Any = self.config
             for name in names:
-                position = positions.get(name)
-                positional = position is not None and len(args) > position
+                position = positions.get(name, len(args))  # len(args): not passed positionally
+                positional = position < len(args)
                 if positional and args[position] is not None:
                     value = args[position]
                 elif kwargs.get(name) is not None:
