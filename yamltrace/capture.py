@@ -37,7 +37,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _layer_count(config: Any) -> Callable[[str, OutputRecorder], int | None]:
     def count(key: str, recorder: OutputRecorder) -> int | None:
-        layers = getattr(config, recorder.num_hidden_layers_key, None)
+        layers: int | None = getattr(config, recorder.num_hidden_layers_key, None)
         if layers is None:
             return None
         return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)

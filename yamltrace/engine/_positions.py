@@ -113,7 +113,7 @@ def positions_selector(positions: tuple[int, ...] | str, seq_dim: int) -> Callab
             )
         return kept
 
-    select.copies = not is_slice  # type: ignore[attr-defined]
+    select.copies = not is_slice  # type: ignore[attr-defined]  # read by the collector: whether select copies already
     return select
 
 
