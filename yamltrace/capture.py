@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -110,8 +110,9 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
                 outputs[key] = tuple(values)
             return outputs.to_tuple() if return_dict is False else outputs
 
+        # Read by engine/_session (the tie-last rule) to find the decorated forward's own setting.
         wrapper.__yamltrace_tie_last_hidden_states__ = tie_last_hidden_states  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)  # functools.wraps keeps the signature of `forward`
 
     if func is not None:
         return decorate(func)

@@ -6,7 +6,7 @@ import functools
 import inspect
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from torch import nn
 
@@ -65,7 +65,7 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
                 else:
                     del config.is_causal
 
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)  # functools.wraps keeps the signature of `forward`
 
     if func is not None:
         return decorate(func)
