@@ -13,7 +13,7 @@ from .errors import did_you_mean
 __all__ = ["Captures"]
 
 
-class Captures(Mapping[str, tuple]):
+class Captures(Mapping[str, tuple[Any, ...]]):
     """Read-only mapping `key -> tuple` of what a `trace` block captured, all steps concatenated.
 
     `steps` holds one read-only mapping per finished call of the traced module, in call order. Each
@@ -31,7 +31,7 @@ class Captures(Mapping[str, tuple]):
         self._ends = ends
 
     @property
-    def steps(self) -> tuple[Mapping[str, tuple], ...]:
+    def steps(self) -> tuple[Mapping[str, tuple[Any, ...]], ...]:
         views, start = [], (0,) * len(self._keys)
         for end in self._ends:
             views.append(MappingProxyType({k: tuple(self._lists[k][a:b]) for k, a, b in zip(self._keys, start, end)}))
@@ -51,7 +51,7 @@ class Captures(Mapping[str, tuple]):
         step %= count
         return (self._ends[step - 1][column] if step else 0), self._ends[step][column]
 
-    def __getitem__(self, key: str) -> tuple:
+    def __getitem__(self, key: str) -> tuple[Any, ...]:
         start, end = self._span(key, None)
         return tuple(self._lists[key][start:end])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -37,7 +37,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _layer_count(config: Any) -> Callable[[str, OutputRecorder], int | None]:
     def count(key: str, recorder: OutputRecorder) -> int | None:
-        layers = getattr(config, recorder.num_hidden_layers_key, None)
+        layers: int | None = getattr(config, recorder.num_hidden_layers_key, None)
         if layers is None:
             return None
         return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)
@@ -118,8 +118,9 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
                 outputs[key] = tuple(values)
             return outputs.to_tuple() if return_dict is False else outputs
 
+        # Read by engine/_session (the tie-last rule) to find the decorated forward's own setting.
         wrapper.__yamltrace_tie_last_hidden_states__ = tie_last_hidden_states  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)  # functools.wraps keeps the signature of `forward`
 
     if func is not None:
         return decorate(func)

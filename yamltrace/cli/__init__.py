@@ -22,7 +22,7 @@ from ._validate import add_validate
 
 __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "main"]
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (  # type: ignore[type-arg]
+COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     add_validate,
     add_check,
     add_schema,

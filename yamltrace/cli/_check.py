@@ -34,7 +34,8 @@ def _model_class(reference: str) -> type:
             target = getattr(target, part)
     except (ImportError, AttributeError) as e:
         raise _Usage(f"--model {reference!r}: {e}") from e
-    return target
+    cls: type = target  # what the user named as the model class
+    return cls
 
 
 def _config(cls: type, config_file: Path | None) -> Any:
@@ -104,6 +105,7 @@ def _report(spec: Any, model: Any, out: Any) -> int:
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    config_file: Path | None
     try:
         if args.checkpoint is not None:
             cls, config_file = _from_checkpoint(Path(args.checkpoint), args.model)
@@ -134,7 +136,7 @@ def _run_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_check(commands: argparse._SubParsersAction) -> None:
+def add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "check",
         help="show which modules a spec hooks and replaces on a model built on the meta device",

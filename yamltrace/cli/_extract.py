@@ -70,13 +70,14 @@ def _load_model(args: argparse.Namespace) -> Any:
 
         if args.config is not None:
             raise _Usage("--config goes with --model (a model built from a config), not with --checkpoint.")
+        cls: Any  # a model class, or transformers' AutoModel (not a module class, but from_pretrained takes it)
         if args.model is not None:
             cls = _import_class(args.model)
         else:
             from transformers import AutoModel
 
             cls = AutoModel
-        extra = {} if is_yamltrace_model(cls) else {"local_files_only": True}
+        extra: dict[str, Any] = {} if is_yamltrace_model(cls) else {"local_files_only": True}
         model = from_pretrained(cls, args.checkpoint, trust_imports=args.trust_imports, **extra)
     else:
         if args.model is None or args.config is None:
@@ -172,7 +173,7 @@ def _run_extract(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_extract(commands: argparse._SubParsersAction) -> None:
+def add_extract(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "extract",
         help="run a model over a dataset and write its captures to sharded safetensors",

@@ -30,7 +30,7 @@ def _run_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_schema(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_schema(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "schema",
         help="print or write the spec JSON Schema",

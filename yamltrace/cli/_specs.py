@@ -26,7 +26,7 @@ def _run_specs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_specs(commands: argparse._SubParsersAction) -> None:
+def add_specs(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "specs",
         help="list the shipped spec library, or print one spec",

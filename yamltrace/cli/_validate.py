@@ -34,7 +34,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     return EXIT_INVALID if any(r.status == "invalid" for r in results) else EXIT_OK
 
 
-def add_validate(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_validate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "validate",
         help="check spec files against the schema (imports nothing from the model)",

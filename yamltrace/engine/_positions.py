@@ -86,7 +86,7 @@ def positions_selector(positions: tuple[int, ...] | str, seq_dim: int) -> Callab
     """
     index = _as_index(positions)
     is_slice = isinstance(index, slice)
-    contiguous = is_slice and index.step in (None, 1)
+    contiguous = index if isinstance(index, slice) and index.step in (None, 1) else None
     written = positions if isinstance(positions, str) else list(positions)
 
     def select(value: torch.Tensor) -> torch.Tensor:
@@ -96,9 +96,9 @@ def positions_selector(positions: tuple[int, ...] | str, seq_dim: int) -> Callab
                 f"positions {written!r} select along dim {seq_dim}, but the tensor has shape {tuple(value.shape)}; "
                 "set the recorder's seq_dim to its sequence dimension."
             )
-        if contiguous:
+        if contiguous is not None:
             # narrow() costs a fraction of tensor indexing, which matters once per layer per forward.
-            start, stop, _ = index.indices(value.shape[seq_dim])
+            start, stop, _ = contiguous.indices(value.shape[seq_dim])
             kept = value.narrow(seq_dim, start, max(stop - start, 0))
         else:
             try:
@@ -113,7 +113,7 @@ def positions_selector(positions: tuple[int, ...] | str, seq_dim: int) -> Callab
             )
         return kept
 
-    select.copies = not is_slice  # type: ignore[attr-defined]
+    select.copies = not is_slice  # type: ignore[attr-defined]  # read by the collector: whether select copies already
     return select
 
 
@@ -132,7 +132,7 @@ class InputSource:
         self.name = input if isinstance(input, str) else None
         self.position = input if isinstance(input, int) else _parameter_position(target_class, input)
 
-    def take(self, path: str, args: tuple, kwargs: dict) -> Any:
+    def take(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The argument of one call; `path` is the module's, for the error message."""
         if self.name is not None and self.name in kwargs:
             return kwargs[self.name]

@@ -120,7 +120,7 @@ def _device_name(device: Any) -> str:
 def _capture_dtype(dtype: Any) -> torch.dtype:
     """`dtype` (a `torch.dtype` or its name) if it is one of `CAPTURE_DTYPES`, else ValueError."""
     allowed = CAPTURE_DTYPES.get(dtype) if isinstance(dtype, str) else dtype
-    if allowed not in CAPTURE_DTYPES.values():
+    if allowed is None or allowed not in CAPTURE_DTYPES.values():
         raise ValueError(f"OutputRecorder.dtype must be one of {', '.join(CAPTURE_DTYPES)}, got {dtype!r}.")
     return allowed
 
@@ -180,7 +180,7 @@ def normalized_tasks(output_map: CaptureMap | None) -> tuple[tuple[str, OutputRe
 
 
 # normalized_tasks' memo (a plain dict: torch.compile traces it without warnings, unlike lru_cache).
-_NORMALIZED: dict[tuple, tuple[tuple[str, OutputRecorder], ...]] = {}
+_NORMALIZED: dict[tuple[Any, ...], tuple[tuple[str, OutputRecorder], ...]] = {}
 _NORMALIZED_MAX = 256
 
 
@@ -188,7 +188,6 @@ def normalize_output_map(output_map: CaptureMap | None) -> tuple[tuple[str, Outp
     """Flatten a capture map into `(key, OutputRecorder)` tasks, bare classes/names given default indices."""
     tasks: list[tuple[str, OutputRecorder]] = []
     for key, recorders in (output_map or {}).items():
-        if not isinstance(recorders, (list, tuple)):
-            recorders = [recorders]
-        tasks.extend((key, _as_recorder(key, r)) for r in recorders)
+        listed = recorders if isinstance(recorders, (list, tuple)) else [recorders]
+        tasks.extend((key, _as_recorder(key, r)) for r in listed)
     return tuple(tasks)

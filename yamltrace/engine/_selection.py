@@ -44,7 +44,7 @@ def resolve_selections(
             continue
         selected = requested_positions(hidden_states_flag) if key == "hidden_states" else None
         if selected is None and all(r.layers is not None for r in recorders):
-            selected = sorted({i for r in recorders for i in r.layers})
+            selected = sorted({i for r in recorders for i in r.layers or ()})
         if selected is not None:
             selections[key] = resolve_positions(selected, count_positions(key, recorders[0]), key)
     return selections

@@ -169,5 +169,6 @@ def uncompiled(model: nn.Module) -> nn.Module:
     """
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
-        return model._orig_mod
+        original: nn.Module = model._orig_mod
+        return original
     return model

@@ -40,7 +40,7 @@ def _shape(value: Any) -> str:
     return "x".join(map(str, value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
 
 
-def capture_table(captures: Mapping[str, tuple]) -> str:
+def capture_table(captures: Mapping[str, tuple[Any, ...]]) -> str:
     """A plain-text table: one row per key with the count, the entries kept and the shapes captured."""
     rows = [("key", "count", "kept", "shapes")]
     for key, values in captures.items():
@@ -53,11 +53,11 @@ def capture_table(captures: Mapping[str, tuple]) -> str:
     return "\n".join(lines)
 
 
-def _max_difference(a: tuple, b: tuple) -> float:
+def _max_difference(a: tuple[torch.Tensor | None, ...], b: tuple[torch.Tensor | None, ...]) -> float:
     """Largest absolute difference between two capture tuples; both must keep the same positions."""
     if [x is None for x in a] != [y is None for y in b]:
         return float("inf")
-    return max((x - y).abs().max().item() for x, y in zip(a, b) if x is not None)
+    return max(float((x - y).abs().max().item()) for x, y in zip(a, b) if x is not None and y is not None)
 
 
 def main() -> int:

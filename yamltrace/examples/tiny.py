@@ -22,6 +22,7 @@ class TinyConfig(Config):
     """Config of `TinyModel`; the defaults build a model of about 50k parameters."""
 
     model_type = "yamltrace-tiny"
+    num_hidden_layers: int  # always a count here (the base class allows None)
 
     def __init__(
         self,
@@ -58,14 +59,14 @@ class TinyAttention(nn.Module):
         batch, seq, _ = x.shape
         return x.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         q, k, v = (self._heads(p(hidden_states)) for p in (self.q_proj, self.k_proj, self.v_proj))
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
         seq = hidden_states.shape[1]
         causal = torch.ones(seq, seq, dtype=torch.bool, device=hidden_states.device).triu(1)
         weights = scores.masked_fill(causal, float("-inf")).softmax(dim=-1)
-        out = (weights @ v).transpose(1, 2).reshape(hidden_states.shape)
-        return self.o_proj(out), weights
+        out: torch.Tensor = self.o_proj((weights @ v).transpose(1, 2).reshape(hidden_states.shape))
+        return out, weights
 
 
 class TinyMLP(nn.Module):
@@ -78,7 +79,8 @@ class TinyMLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        out: torch.Tensor = self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
 
 
 class TinyDecoderLayer(nn.Module):
@@ -94,7 +96,8 @@ class TinyDecoderLayer(nn.Module):
     def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         attn_out, _ = self.self_attn(self.input_layernorm(hidden_states), **kwargs)
         hidden_states = hidden_states + attn_out
-        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+        mlp_out: torch.Tensor = self.mlp(self.post_attention_layernorm(hidden_states))
+        return hidden_states + mlp_out
 
 
 class TinyModel(PreTrainedModel):

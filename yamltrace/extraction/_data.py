@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ class _FileRows(Sequence[str]):
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]  # rows by position only, not slices
         with open(self.path, "rb") as f:
             f.seek(self._offsets[i])
             text = f.read(self._lengths[i]).decode("utf-8")
@@ -86,13 +86,13 @@ class _FileRows(Sequence[str]):
 class _ColumnRows(Sequence[str]):
     """One text column of a table (a pyarrow column or a `datasets` dataset), row by row."""
 
-    def __init__(self, get: Any, length: int) -> None:
+    def __init__(self, get: Callable[[int], str], length: int) -> None:
         self._get, self._length = get, length
 
     def __len__(self) -> int:
         return self._length
 
-    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]  # rows by position only, not slices
         return self._get(i)
 
 
@@ -166,7 +166,7 @@ def load_tokenizer(directory: str | os.PathLike[str]) -> Any:
     return tokenizer
 
 
-class TokenizedBatches(Sequence[dict]):
+class TokenizedBatches(Sequence[dict[str, Any]]):
     """Batches of `batch_size` texts, tokenised when asked for (so each rank builds only its own),
     padded and truncated to `max_length` so that every batch gives rows of one shape."""
 
@@ -177,7 +177,7 @@ class TokenizedBatches(Sequence[dict]):
     def __len__(self) -> int:
         return -(-len(self.texts) // self.batch_size)
 
-    def __getitem__(self, i: int) -> dict:  # type: ignore[override]
+    def __getitem__(self, i: int) -> dict[str, Any]:  # type: ignore[override]  # batches by position only, not slices
         if not 0 <= i < len(self):
             raise IndexError(f"batch {i} of {len(self)}")
         rows = [self.texts[j] for j in range(i * self.batch_size, min(len(self.texts), (i + 1) * self.batch_size))]

@@ -43,14 +43,15 @@ DEFAULT_INPUTS = ("input_ids", "attention_mask")
 
 def _spec_text(model: nn.Module, spec: Any) -> str:
     """The spec as YAML for the index (`repr` when it names a class no YAML can import)."""
+    resolved: Spec
     if spec is None:
-        spec = getattr(model, "yamltrace_spec", None) or spec_from_model(model)
-    elif not isinstance(spec, Spec):
-        spec = Spec(outputs=spec)
+        resolved = getattr(model, "yamltrace_spec", None) or spec_from_model(model)
+    else:
+        resolved = spec if isinstance(spec, Spec) else Spec(outputs=spec)
     try:
-        return spec.to_yaml()
+        return resolved.to_yaml()
     except ValueError:
-        return repr(spec)
+        return repr(resolved)
 
 
 def _config_hash(model: nn.Module) -> str | None:
@@ -100,7 +101,8 @@ class _Schedule:
 def _rows_of(batch: Any) -> int:
     """Rows of a batch: dimension 0 of its `input_ids`, else of its first tensor."""
     if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
-        return batch["input_ids"].shape[0]
+        rows: int = batch["input_ids"].shape[0]
+        return rows
     values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (tuple, list)) else [batch]
     for value in values:
         if isinstance(value, torch.Tensor) and value.dim() > 0:
@@ -148,11 +150,14 @@ def _capture(model: nn.Module, spec: Any, outputs: Any, batch: Any, inputs: Sequ
     return tensors
 
 
-def _layout(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], str]]:
+_Layout = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape of one row, dtype code)
+
+
+def _layout(tensors: Mapping[str, torch.Tensor]) -> _Layout:
     return {name: (tuple(t.shape[1:]), dtype_code(t.dtype)) for name, t in tensors.items()}
 
 
-def _check_layout(layout: dict, expected: dict, index: int) -> None:
+def _check_layout(layout: _Layout, expected: _Layout, index: int) -> None:
     if layout == expected:
         return
     for name in [*expected, *(name for name in layout if name not in expected)]:
@@ -166,7 +171,7 @@ def _check_layout(layout: dict, expected: dict, index: int) -> None:
             )
 
 
-def _previous_run(directory: Path, rank: int, world: int, run: str, resume: bool) -> tuple[int, int, dict | None]:
+def _previous_run(directory: Path, rank: int, world: int, run: str, resume: bool) -> tuple[int, int, _Layout | None]:
     """(shards, batches) this rank finished in an earlier run, and their layout; removes stale temporaries."""
     shards = read_shards(directory)
     foreign = [s.path.name for s in shards if s.run != run]

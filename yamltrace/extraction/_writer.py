@@ -157,6 +157,7 @@ def write_safetensors(path: Path, pieces: list[dict[str, torch.Tensor]], metadat
         for name in names:
             for piece in pieces:
                 tensor = piece[name].contiguous()
-                f.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+                # numpy's stubs declare the buffer protocol (__buffer__) for Python >= 3.12 only.
+                f.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))  # type: ignore[arg-type]
         f.flush()
         os.fsync(f.fileno())

@@ -80,8 +80,8 @@ class SdpaAttention(nn.Module):
 
     def __init__(self, config: Any, layer_idx: int) -> None:
         super().__init__()
-        model_type = getattr(config, "model_type", None)
-        family = FAMILIES.get(model_type)
+        model_type: str | None = getattr(config, "model_type", None)
+        family = None if model_type is None else FAMILIES.get(model_type)
         what = f"the attention of model_type {model_type!r}"
         if family is None:
             raise refuse(type(self), what, f"supported model types are {', '.join(sorted(FAMILIES))}.")
@@ -166,6 +166,7 @@ class SdpaAttention(nn.Module):
         if past_key_values is not None:
             k, v = past_key_values.update(k, v, self.layer_idx)
         q_len, k_len = q.shape[-2], k.shape[-2]
+        mask: torch.Tensor | None
         if attention_mask is not None:
             mask = attention_mask[:, :, :, :k_len]
         else:

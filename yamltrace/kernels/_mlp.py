@@ -102,7 +102,8 @@ class GatedMLP(nn.Module):
                 gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
             else:
                 gate, up = self.gate_proj(x), self.up_proj(x)
-            return self.down_proj(_FUNCTIONS[self.activation](gate) * up)
+            out: torch.Tensor = self.down_proj(_FUNCTIONS[self.activation](gate) * up)
+            return out
         if fused:
             gate, up = F.linear(x, self.gate_up_proj.weight, self.gate_up_proj.bias).chunk(2, dim=-1)
         else:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["Config"]
+
+_C = TypeVar("_C", bound="Config")  # the subclass a classmethod is called on
 
 
 class Config:
@@ -43,7 +45,7 @@ class Config:
         return {"model_type": self.model_type, **self.__dict__}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Config:
+    def from_dict(cls: type[_C], data: dict[str, Any]) -> _C:
         data = dict(data)
         model_type = data.pop("model_type", cls.model_type)
         if model_type != cls.model_type:
@@ -54,7 +56,7 @@ class Config:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json_string(cls, text: str) -> Config:
+    def from_json_string(cls: type[_C], text: str) -> _C:
         return cls.from_dict(json.loads(text))
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -63,7 +65,7 @@ class Config:
             f.write(self.to_json_string())
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Config:
+    def load(cls: type[_C], path: str | os.PathLike[str]) -> _C:
         """Read a config written by `save`."""
         with open(path, encoding="utf-8") as f:
             return cls.from_json_string(f.read())

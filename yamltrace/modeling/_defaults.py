@@ -6,7 +6,7 @@ import functools
 import inspect
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from torch import nn
 
@@ -37,10 +37,10 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
 
         @functools.wraps(forward)
         def wrapper(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            config = self.config
+            config: Any = self.config
             for name in names:
-                position = positions.get(name)
-                positional = position is not None and len(args) > position
+                position = positions.get(name, len(args))  # len(args): not passed positionally
+                positional = position < len(args)
                 if positional and args[position] is not None:
                     value = args[position]
                 elif kwargs.get(name) is not None:
@@ -69,7 +69,7 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
                 else:
                     del config.is_causal
 
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)  # functools.wraps keeps the signature of `forward`
 
     if func is not None:
         return decorate(func)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 import torch
@@ -19,7 +19,7 @@ class ModelOutput:
     """
 
     def _field_names(self) -> list[str]:
-        names = [f.name for f in fields(self)] if hasattr(self, "__dataclass_fields__") else []
+        names: list[str] = [f.name for f in fields(self)] if is_dataclass(self) else []
         return names + [k for k in self.__dict__.get("_extra_keys", ()) if k not in names]
 
     def keys(self) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 
@@ -26,9 +27,13 @@ def _adds_no_state(replacement: type, original: type) -> bool:
     return not any("__init__" in vars(cls) or "__slots__" in vars(cls) for cls in between)
 
 
-def _references(model: nn.Module) -> dict[int, tuple[nn.Module, list[tuple[nn.Module, str, str]]]]:
+_Holder = tuple[nn.Module, str, str]  # a module holding a submodule: (parent, attribute, dotted path)
+_Step = tuple[nn.Module, list[_Holder], type, str]  # (module, its holders, replacement, "class" | "from_module")
+
+
+def _references(model: nn.Module) -> dict[int, tuple[nn.Module, list[_Holder]]]:
     """For each submodule (not the root): the module and every (parent, attribute, path) holding it."""
-    refs: dict[int, tuple[nn.Module, list[tuple[nn.Module, str, str]]]] = {}
+    refs: dict[int, tuple[nn.Module, list[_Holder]]] = {}
     for parent_path, parent in model.named_modules():
         for name, child in parent._modules.items():
             if child is not None:
@@ -37,9 +42,11 @@ def _references(model: nn.Module) -> dict[int, tuple[nn.Module, list[tuple[nn.Mo
     return refs
 
 
-def _plan_model(model: nn.Module, mapping: Mapping[str, type], missing_ok: bool):
+def _plan_model(model: nn.Module, mapping: Mapping[str, type], missing_ok: bool) -> list[_Step]:
     """What `patch_model` will do, deepest modules first; PatchError listing every problem."""
-    plan, problems, used = [], [], set()
+    plan: list[_Step] = []
+    problems: list[PatchProblem] = []
+    used: set[str] = set()
     for child, holders in _references(model).values():
         key = find_key(type(child).__name__, mapping)
         if key is None:
@@ -83,7 +90,7 @@ def _plan_model(model: nn.Module, mapping: Mapping[str, type], missing_ok: bool)
     return plan
 
 
-def _swap(child: nn.Module, holders, replacement: type, how: str, undo: list[Callable[[], None]]) -> None:
+def _swap(child: nn.Module, holders: list[_Holder], replacement: type, how: str, undo: list[Callable[[], None]]) -> None:
     """Make every holder of `child` hold its replacement; append the undo steps."""
     original = type(child)
     if how == "class":
@@ -92,7 +99,7 @@ def _swap(child: nn.Module, holders, replacement: type, how: str, undo: list[Cal
         undo.append(lambda: setattr(child, "__class__", original))
         return
     try:
-        new = replacement.from_module(child)
+        new = getattr(replacement, "from_module")(child)  # _plan_model chose "from_module": it is callable
     except Exception as error:
         raise PatchError([PatchProblem(f"{holders[0][2]}: {replacement.__qualname__}.from_module failed: {error}", holders[0][2])]) from error
     if not isinstance(new, nn.Module):
@@ -102,7 +109,7 @@ def _swap(child: nn.Module, holders, replacement: type, how: str, undo: list[Cal
     new.training = child.training
     for parent, name, _ in holders:
         setattr(parent, name, new)
-        undo.append(lambda parent=parent, name=name: setattr(parent, name, child))
+        undo.append(functools.partial(setattr, parent, name, child))
     invalidate()
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -29,11 +29,11 @@ def _retarget(key: str, recorder: Any, mapping: Mapping[str, type]) -> tuple[Any
             return recorder, None
         return replacement, Replacement(key, recorder, replacement, "recorder")
     normalized = normalize_output_map({key: recorder})[0][1]
-    name = normalized.class_name if normalized.target_class is None else normalized.target_class.__name__
-    replacement = find_replacement(name, mapping)
+    # An OutputRecorder has a target_class or else a class_name (its constructor checks).
+    original = cast("type | str", normalized.target_class or normalized.class_name)
+    replacement = find_replacement(original if isinstance(original, str) else original.__name__, mapping)
     if replacement is None or replacement is normalized.target_class:
         return recorder, None
-    original = normalized.target_class or normalized.class_name
     return dataclasses.replace(normalized, target_class=replacement), Replacement(key, original, replacement, "recorder")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,8 +138,9 @@ def main_module_issues(data: Mapping[str, Any], fail: Issue) -> None:
     for section, field in (("outputs", "target"), ("patches", "replace_with")):
         entries = data.get(section)
         for key, value in entries.items() if isinstance(entries, Mapping) else ():
-            for i, item in enumerate(value) if isinstance(value, list) else [(None, value)]:
-                path = (section, key) if i is None else (section, key, i)
+            items: Iterable[tuple[int | None, Any]] = enumerate(value) if isinstance(value, list) else [(None, value)]
+            for position, item in items:
+                path = (section, key) if position is None else (section, key, position)
                 reference = item.get(field) if isinstance(item, Mapping) else item
                 if _main_module(reference):
                     fail((*path, field) if isinstance(item, Mapping) else path, f"{reference!r} {_MAIN_MESSAGE}")

@@ -49,7 +49,7 @@ def compile_pattern(pattern: str) -> Pattern:
     except (re.error, OverflowError, RecursionError, ValueError) as e:
         raise PatternError(f"{pattern!r} is not a valid regular expression: {e}") from None
     try:
-        compiled = re2.compile(pattern, _options())
+        compiled: Pattern = re2.compile(pattern, _options())
     except re2.error as e:
         reason = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
         hint = "; write $ for the end" if "\\Z" in pattern else ""

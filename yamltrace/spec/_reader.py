@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..errors import SpecError, SpecIssue, format_json_path
 from ._limits import MAX_EXTENDS_DEPTH, MAX_NODES, Budget
@@ -95,8 +95,8 @@ def _merge(base: Part, child: Part) -> Part:
     """`child` over `base`: MERGED_SECTIONS merge per entry (the child's entries first), other keys are replaced."""
     merged = Part(child.file, child.chain)
 
-    def merges(key: str) -> bool:
-        return key in MERGED_SECTIONS and isinstance(child.data.get(key), dict) and isinstance(base.data.get(key), dict)
+    def merges(key: object) -> TypeGuard[str]:
+        return isinstance(key, str) and key in MERGED_SECTIONS and isinstance(child.data.get(key), dict) and isinstance(base.data.get(key), dict)
 
     for key in [*child.data, *(k for k in base.data if k not in child.data)]:
         if merges(key):
@@ -189,6 +189,7 @@ def read_spec_document(
     current directory for text and mappings). Nothing is imported and the schema is not checked here.
     """
     budget = Budget(bytes=max_bytes)
+    seen: frozenset[str]
     if isinstance(source, Mapping):
         issues: list[SpecIssue] = []
         part = Part(None, ("<mapping>",), data=_plain(source, (), issues, budget))

@@ -9,6 +9,7 @@ in group `yamltrace.classes`) need no import consent: registering or installing 
 
 from __future__ import annotations
 
+import builtins  # `list` in annotations inside ClassRegistry means its method
 import fnmatch
 import importlib
 import itertools
@@ -137,10 +138,10 @@ class ClassRegistry:
 
     # -- plugins -----------------------------------------------------------------------------------------
 
-    def _plugin_entries(self) -> dict[str, list[EntryPoint]]:
+    def _plugin_entries(self) -> dict[str, builtins.list[EntryPoint]]:
         """Entry points by name, discovered once on first use (nothing is imported until a name is used)."""
         if self._plugins is None:
-            found: dict[str, list[EntryPoint]] = {}
+            found: dict[str, builtins.list[EntryPoint]] = {}
             if self.entry_point_group:
                 for ep in entry_points(group=self.entry_point_group):
                     if all(ep.value != other.value for other in found.get(ep.name, [])):
@@ -148,7 +149,7 @@ class ClassRegistry:
             self._plugins = found
         return self._plugins
 
-    def _load_plugin(self, name: str, plugins: list[EntryPoint]) -> type:
+    def _load_plugin(self, name: str, plugins: builtins.list[EntryPoint]) -> type:
         if len(plugins) > 1:
             raise SpecError.single(
                 f"Class name {name!r} is provided by several plugins ({', '.join(ep.value for ep in plugins)}); "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -18,7 +18,7 @@ import yaml
 from torch import nn
 
 from .. import specs
-from ..engine import CAPTURE_DTYPES, OutputRecorder, default_index, normalize_output_map
+from ..engine import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map
 from ..errors import MAX_ISSUES, SpecError, SpecIssue, format_json_path
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument
 from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
@@ -46,7 +46,7 @@ class PatchEntry:
     device: str | None = None
 
 
-def _grouped(outputs: Any) -> Mapping[str, tuple[OutputRecorder, ...]]:
+def _grouped(outputs: CaptureMap) -> Mapping[str, tuple[OutputRecorder, ...]]:
     """A `_can_record_outputs`-style map as a read-only map of key -> tuple of OutputRecorder."""
     grouped: dict[str, tuple[OutputRecorder, ...]] = {key: () for key in outputs}
     for key, recorder in normalize_output_map(outputs):
@@ -54,7 +54,7 @@ def _grouped(outputs: Any) -> Mapping[str, tuple[OutputRecorder, ...]]:
     return MappingProxyType(grouped)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SpecScope:
     """The recorders of one submodule's subtree (a capture scope): they record into its own captures,
     tied at its exit with its options (see docs/spec-format.md, "Scopes")."""
@@ -62,12 +62,12 @@ class SpecScope:
     outputs: Mapping[str, tuple[OutputRecorder, ...]]
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "outputs", _grouped(self.outputs))
-        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+    def __init__(self, outputs: CaptureMap, options: Mapping[str, Any] = MappingProxyType({})) -> None:
+        object.__setattr__(self, "outputs", _grouped(outputs))
+        object.__setattr__(self, "options", MappingProxyType(dict(options)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Spec:
     """A resolved capture spec: output recorders per key, scopes, patch entries, options. Immutable.
 
@@ -87,14 +87,19 @@ class Spec:
     scopes: Mapping[str, SpecScope] = field(default_factory=dict)
     locations: Mapping[tuple[str, str, int], SpecIssue] = field(default_factory=dict, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "outputs", _grouped(self.outputs))
-        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
-        scopes = {path: s if isinstance(s, SpecScope) else SpecScope(**s) for path, s in self.scopes.items()}
-        object.__setattr__(self, "scopes", MappingProxyType(scopes))
-        object.__setattr__(self, "locations", MappingProxyType(dict(self.locations)))
-        for name in ("patches", "imports"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+    def __init__(  # written out so that each argument accepts what is converted (any capture map, iterables)
+        self, outputs: CaptureMap, patches: Iterable[PatchEntry] = (), options: Mapping[str, Any] = MappingProxyType({}),
+        source: str | None = None, model: str | None = None, imports: Iterable[str] = (),
+        scopes: Mapping[str, SpecScope | Mapping[str, Any]] = MappingProxyType({}),
+        locations: Mapping[tuple[str, str, int], SpecIssue] = MappingProxyType({}),
+    ) -> None:
+        converted = {path: s if isinstance(s, SpecScope) else SpecScope(**s) for path, s in scopes.items()}
+        for name, value in (
+            ("outputs", _grouped(outputs)), ("patches", tuple(patches)), ("options", MappingProxyType(dict(options))),
+            ("source", source), ("model", model), ("imports", tuple(imports)),
+            ("scopes", MappingProxyType(converted)), ("locations", MappingProxyType(dict(locations))),
+        ):
+            object.__setattr__(self, name, value)
 
     def where(self, scope: str, key: str, position: int) -> SpecIssue:
         """Where the recorder at `position` of `key` (in `scope`, "" for `outputs`) is written."""
@@ -305,11 +310,12 @@ class _Resolver:
 
     def recorders(self, key: str, value: Any, prefix: tuple[str, ...] = ()) -> tuple[OutputRecorder, ...]:
         """The recorders of one output key (one recorder or a list of them); remembers where each is written."""
+        located: list[tuple[tuple[str | int, ...], Any]]
         if isinstance(value, list):
             located = [((*prefix, "outputs", key, i), v) for i, v in enumerate(value)]
         else:
             located = [((*prefix, "outputs", key), value)]
-        found = []
+        found: list[OutputRecorder] = []
         scope = str(prefix[1]) if prefix else ""
         for path, v in located:
             recorder = self.recorder(key, v, path)

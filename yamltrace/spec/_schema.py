@@ -37,7 +37,8 @@ _PLAIN_ITEM = re.compile(r"-?[0-9]+|[A-Za-z_][A-Za-z0-9_.:]*")
 @functools.cache
 def _schema() -> dict[str, Any]:
     text = resources.files("yamltrace").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 def load_schema() -> dict[str, Any]:
@@ -54,7 +55,8 @@ def _validator() -> jsonschema.protocols.Validator:
     cls = jsonschema.validators.extend(
         jsonschema.Draft202012Validator, {"uniqueItems": _unique_items}, type_checker=checker
     )
-    return cls(_schema())
+    validator: jsonschema.protocols.Validator = cls(_schema())
+    return validator
 
 
 def _unique_items(validator: Any, unique: bool, instance: Any, schema: Mapping[str, Any]) -> Any:
@@ -98,10 +100,16 @@ def _type_message(error: ValidationError) -> str:
     return message
 
 
+def _subschema(error: ValidationError) -> Mapping[str, Any]:
+    """The schema object an error came from (`error.schema` is typed to allow a boolean schema or none)."""
+    return error.schema if isinstance(error.schema, Mapping) else {}
+
+
 def _unknown_keys(error: ValidationError, document: SpecDocument, path: tuple[str | int, ...]) -> list[SpecIssue]:
-    allowed = list(error.schema.get("properties", {}))
+    allowed = list(_subschema(error).get("properties", {}))
     issues = []
-    for key in error.instance:
+    instance: Any = error.instance  # the mapping that has the unknown keys
+    for key in instance:
         if key not in allowed:
             hint = did_you_mean(key, allowed) or f"; expected one of: {', '.join(allowed)}"
             issues.append(document.issue((*path, key), f"unknown key {key!r}{hint}", at_key=True))
@@ -110,10 +118,11 @@ def _unknown_keys(error: ValidationError, document: SpecDocument, path: tuple[st
 
 def _issues_for(error: ValidationError, document: SpecDocument) -> list[SpecIssue]:
     path = tuple(error.absolute_path)
-    if error.validator == "additionalProperties" and error.schema.get("additionalProperties") is False:
+    if error.validator == "additionalProperties" and _subschema(error).get("additionalProperties") is False:
         return _unknown_keys(error, document, path)
     if "propertyNames" in error.absolute_schema_path:
-        return [document.issue((*path, error.instance), f"key {error.message}", at_key=True)]
+        key: Any = error.instance  # propertyNames validates a key, a str
+        return [document.issue((*path, key), f"key {error.message}", at_key=True)]
     custom = error.schema.get("errorMessage", {}).get(error.validator) if isinstance(error.schema, dict) else None
     if custom:
         message = custom.format(instance=_show(error.instance))

@@ -25,7 +25,7 @@ import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import yaml
 from yaml.events import AliasEvent, StreamEndEvent
@@ -50,8 +50,15 @@ _FLOAT_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE]
 class _Refused(yaml.MarkedYAMLError):
     """A construct the spec reader refuses (alias, anchor, depth, second document), with its mark."""
 
-    def __init__(self, message: str, mark: yaml.Mark) -> None:
+    def __init__(self, message: str, mark: yaml.Mark | None) -> None:
         super().__init__(problem=message, problem_mark=mark)
+
+
+class _Event(Protocol):
+    """What this module reads of a parser event: the pure-Python parser marks each with a `yaml.Mark`."""
+
+    anchor: str | None  # node events only; the composer peeks at those in compose_node
+    start_mark: yaml.Mark
 
 
 class _SpecLoader(yaml.SafeLoader):
@@ -59,12 +66,17 @@ class _SpecLoader(yaml.SafeLoader):
 
     yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
 
+    if TYPE_CHECKING:
+        # types-PyYAML leaves the parser's event methods unannotated.
+        def peek_event(self) -> _Event: ...
+        def get_event(self) -> _Event: ...
+
     def __init__(self, text: str, budget: Budget | None = None) -> None:
         super().__init__(text)
         self._depth = 0
         self._budget = budget or Budget()
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event = self.peek_event()
         if isinstance(event, AliasEvent):
             raise _Refused(f"aliases (*{event.anchor}) are not allowed in a spec; write the value out", event.start_mark)
@@ -151,7 +163,7 @@ class Part:
             return self.fail(node.start_mark, path, f"tag {_short(node.tag)} is not allowed; {ALLOWED}")
         if isinstance(node, SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        return self._mapping(node, path)
+        return self._mapping(cast(MappingNode, node), path)  # the composer makes only these three kinds
 
     def _mapping(self, node: MappingNode, path: Path_) -> dict[str, Any]:
         result: dict[str, Any] = {}
