@@ -51,9 +51,10 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     globals(),
-    {"PatchEntry": "._resolve", "Spec": "._resolve", "load_spec": "._resolve", "spec_from_model": "._export"},
+    {"PatchEntry": "._spec", "Spec": "._spec", "load_spec": "._resolve", "spec_from_model": "._export"},
 )
 
 if TYPE_CHECKING:
     from ._export import spec_from_model
-    from ._resolve import PatchEntry, Spec, load_spec
+    from ._resolve import load_spec
+    from ._spec import PatchEntry, Spec

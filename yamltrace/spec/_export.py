@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..engine import OutputRecorder, decorated_paths, decorator_tie_last, normalize_output_map, own_output_map, scope_modules
-from ._resolve import Spec, SpecScope
+from ._spec import Spec, SpecScope
 
 __all__ = ["spec_from_model"]
 

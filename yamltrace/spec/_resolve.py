@@ -1,4 +1,4 @@
-"""Validated document -> `Spec`: a resolved, immutable capture spec; `load_spec`, `Spec.to_yaml`.
+"""Validated document -> `Spec`: `load_spec` resolves every class a spec names (see `_spec` for `Spec`).
 
 `load_spec` is all or nothing: the document is schema-checked, every class it names is resolved through
 the import registry (safe by default, see `yamltrace.registry`), and every problem is gathered into one
@@ -9,199 +9,23 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Mapping
 from typing import Any
 
-import yaml
 from torch import nn
 
 from .. import specs
-from ..engine import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map
-from ..errors import MAX_ISSUES, SpecError, SpecIssue, format_json_path
+from ..engine import OutputRecorder, default_index
+from ..errors import MAX_ISSUES, SpecError, SpecIssue
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument
 from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
-from ._schema import SCHEMA_ID, checked_document
+from ._schema import checked_document
+from ._spec import PatchEntry, Spec, SpecScope
 
-__all__ = ["PatchEntry", "Spec", "SpecScope", "load_spec"]
+__all__ = ["load_spec"]
 
 _DEFAULT_LAYERS_KEY = OutputRecorder.__dataclass_fields__["num_hidden_layers_key"].default
 _DEFAULT_SEQ_DIM = OutputRecorder.__dataclass_fields__["seq_dim"].default
-_DTYPE_NAMES = {dtype: name for name, dtype in CAPTURE_DTYPES.items()}
-
-
-@dataclass(frozen=True)
-class PatchEntry:
-    """One entry of a spec's patch mapping: modules whose class matches `pattern` become `replacement`.
-
-    `pattern` is an exact class name or a regex (`re.search`), as written; `replace_with` is the
-    replacement as written (kept for `to_yaml`); `device` limits the patch to a device type (`cuda`)
-    or one device (`cuda:1`).
-    """
-
-    pattern: str
-    replacement: type
-    replace_with: str
-    device: str | None = None
-
-
-def _grouped(outputs: CaptureMap) -> Mapping[str, tuple[OutputRecorder, ...]]:
-    """A `_can_record_outputs`-style map as a read-only map of key -> tuple of OutputRecorder."""
-    grouped: dict[str, tuple[OutputRecorder, ...]] = {key: () for key in outputs}
-    for key, recorder in normalize_output_map(outputs):
-        grouped[key] += (recorder,)
-    return MappingProxyType(grouped)
-
-
-@dataclass(frozen=True, init=False)
-class SpecScope:
-    """The recorders of one submodule's subtree (a capture scope): they record into its own captures,
-    tied at its exit with its options (see docs/spec-format.md, "Scopes")."""
-
-    outputs: Mapping[str, tuple[OutputRecorder, ...]]
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def __init__(self, outputs: CaptureMap, options: Mapping[str, Any] = MappingProxyType({})) -> None:
-        object.__setattr__(self, "outputs", _grouped(outputs))
-        object.__setattr__(self, "options", MappingProxyType(dict(options)))
-
-
-@dataclass(frozen=True, init=False)
-class Spec:
-    """A resolved capture spec: output recorders per key, scopes, patch entries, options. Immutable.
-
-    `outputs` accepts anything a `_can_record_outputs` map accepts and stores read-only tuples of
-    `OutputRecorder`; they apply to the whole model (the root scope). `scopes` maps a submodule path
-    (`model`, `model.encoder`) to the `SpecScope` of its subtree. `source` (the file it came from) and
-    `locations` (where each recorder is written: `(scope path, key, position)` -> a `SpecIssue`
-    without message) do not take part in equality.
-    """
-
-    outputs: Mapping[str, tuple[OutputRecorder, ...]]
-    patches: tuple[PatchEntry, ...] = ()
-    options: Mapping[str, Any] = field(default_factory=dict)
-    source: str | None = field(default=None, compare=False)
-    model: str | None = None
-    imports: tuple[str, ...] = ()
-    scopes: Mapping[str, SpecScope] = field(default_factory=dict)
-    locations: Mapping[tuple[str, str, int], SpecIssue] = field(default_factory=dict, compare=False, repr=False)
-
-    def __init__(  # written out so that each argument accepts what is converted (any capture map, iterables)
-        self, outputs: CaptureMap, patches: Iterable[PatchEntry] = (), options: Mapping[str, Any] = MappingProxyType({}),
-        source: str | None = None, model: str | None = None, imports: Iterable[str] = (),
-        scopes: Mapping[str, SpecScope | Mapping[str, Any]] = MappingProxyType({}),
-        locations: Mapping[tuple[str, str, int], SpecIssue] = MappingProxyType({}),
-    ) -> None:
-        converted = {path: s if isinstance(s, SpecScope) else SpecScope(**s) for path, s in scopes.items()}
-        for name, value in (
-            ("outputs", _grouped(outputs)), ("patches", tuple(patches)), ("options", MappingProxyType(dict(options))),
-            ("source", source), ("model", model), ("imports", tuple(imports)),
-            ("scopes", MappingProxyType(converted)), ("locations", MappingProxyType(dict(locations))),
-        ):
-            object.__setattr__(self, name, value)
-
-    def where(self, scope: str, key: str, position: int) -> SpecIssue:
-        """Where the recorder at `position` of `key` (in `scope`, "" for `outputs`) is written."""
-        found = self.locations.get((scope, key, position))
-        if found is not None:
-            return found
-        prefix = ("scopes", scope) if scope else ()
-        return SpecIssue("", format_json_path((*prefix, "outputs", key, position)), self.source)
-
-    def capture_map(self) -> dict[str, list[OutputRecorder]]:
-        """The outputs as a fresh `_can_record_outputs`-style dict."""
-        return {key: list(recorders) for key, recorders in self.outputs.items()}
-
-    def to_yaml(self, *, registry: ClassRegistry | None = None) -> str:
-        """The spec as YAML that `load_spec` reads back to an equal Spec; classes are written `module:Qualname`.
-
-        A class defined inside a function is written by its registered name; `ValueError` if it has none.
-        """
-        registry = registry or default_registry
-        document: dict[str, Any] = {"yamltrace": 1}
-        if self.model is not None:
-            document["model"] = self.model
-        if self.imports:
-            document["imports"] = list(self.imports)
-        if self.outputs or not self.scopes:
-            document["outputs"] = _outputs_to_data(self.outputs, registry)
-        if self.scopes:
-            document["scopes"] = {
-                path: {"outputs": _outputs_to_data(scope.outputs, registry), **({"options": dict(scope.options)} if scope.options else {})}
-                for path, scope in self.scopes.items()
-            }
-        if self.options:
-            document["options"] = dict(self.options)
-        if self.patches:
-            document["patches"] = {
-                p.pattern: {"replace_with": p.replace_with, "device": p.device} if p.device else p.replace_with
-                for p in self.patches
-            }
-        body = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=120)
-        return f"# yaml-language-server: $schema={SCHEMA_ID}\n{body}"
-
-
-def _class_ref(cls: type, registry: ClassRegistry) -> str:
-    """How a class is written in YAML: `module:Qualname`, or its registered name for a local class."""
-    if "<locals>" not in cls.__qualname__:
-        return f"{cls.__module__}:{cls.__qualname__}"
-    name = registry.name_of(cls)
-    if name is None:
-        raise ValueError(
-            f"Class {cls.__qualname__} is defined inside a function, so no spec can import it: register it "
-            "with register_class() first, or move it to module level."
-        )
-    return name
-
-
-def _outputs_to_data(outputs: Mapping[str, tuple[OutputRecorder, ...]], registry: ClassRegistry) -> dict[str, Any]:
-    """An `outputs` section as YAML data (a single recorder is written without a list)."""
-    data = {}
-    for key, recorders in outputs.items():
-        written = [_recorder_to_data(key, r, registry) for r in recorders]
-        data[key] = written[0] if len(written) == 1 else written
-    return data
-
-
-def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistry) -> str | dict[str, Any]:
-    """A recorder as YAML data: a bare class reference when every field has its default, else an object."""
-    if recorder.target_class is not None and recorder.class_name is not None:
-        raise ValueError(
-            f"Output {key!r}: a recorder with both target_class and class_name cannot be written to YAML; "
-            "split it into two recorders."
-        )
-    target = None if recorder.target_class is None else _class_ref(recorder.target_class, registry)
-    if target is not None and recorder == OutputRecorder(target_class=recorder.target_class, index=default_index(key)):
-        return target
-    data: dict[str, Any] = {"target": target} if target is not None else {"class_name": recorder.class_name}
-    if recorder.input is None:
-        data["index"] = recorder.index
-    elif recorder.index != default_index(key):
-        raise ValueError(f"Output {key!r}: a recorder that records an input cannot also set index={recorder.index}.")
-    else:
-        data["input"] = recorder.input
-    if recorder.layer_name is not None:
-        data["layer_name"] = recorder.layer_name
-    if not recorder.capture_initial_hidden_state:
-        data["capture_initial_hidden_state"] = False
-    if recorder.num_hidden_layers_key != _DEFAULT_LAYERS_KEY:
-        data["num_hidden_layers_key"] = recorder.num_hidden_layers_key
-    if recorder.layers is not None:
-        data["layers"] = list(recorder.layers)
-    if recorder.detach:
-        data["detach"] = True
-    if recorder.to is not None:
-        data["to"] = recorder.to
-    if recorder.dtype is not None:
-        data["dtype"] = _DTYPE_NAMES[recorder.dtype]
-    if recorder.positions is not None:
-        data["positions"] = recorder.positions if isinstance(recorder.positions, str) else list(recorder.positions)
-    if recorder.seq_dim != _DEFAULT_SEQ_DIM:
-        data["seq_dim"] = recorder.seq_dim
-    if recorder.optional:
-        data["optional"] = True
-    return data
 
 
 def _base_model_names(model_cls: type, model: Any) -> set[str]:
