@@ -7,7 +7,8 @@ single forward gives exactly the model's own `output_hidden_states` / `output_at
 Captures follow transformers' scopes (`engine._scopes`): each decorated forward of the model (or each
 scope of the spec) records into its own lists and ties its last hidden state at its own exit; the
 outermost scopes are what the block yields, named as `exposed_names` says (`hidden_states`, or
-`encoder_hidden_states` and `decoder_hidden_states` for an encoder-decoder).
+`encoder_hidden_states` and `decoder_hidden_states` for an encoder-decoder; a multimodal composite's
+language model keeps the plain names, its vision tower's are `vision_tower_hidden_states`, ...).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .engine import (
     normalized_tasks,
     outermost,
     own_output_map,
+    plain_owners,
     plan_hooks,
     resolve_selections,
     tie_last_enabled,
@@ -199,7 +201,8 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
             scope.plan, hooked[scope.path] = _plan_scope(scope, nested)
     exposed = [s for s in scopes if s.exposed]
     keys_of = {s.path: list(dict.fromkeys(k for k, _ in s.tasks)) for s in exposed}
-    names = exposed_names(keys_of, hooked)
+    shared = [key for key in dict.fromkeys(k for ks in hooked.values() for k in ks) if sum(key in ks for ks in hooked.values()) > 1]
+    names = exposed_names(keys_of, hooked, plain_owners(model, list(hooked), shared) if shared else None)
     known = tuple(names.values())
     wanted = known if outputs is None else tuple(dict.fromkeys([outputs] if isinstance(outputs, str) else outputs))
     for name in wanted:

@@ -23,14 +23,7 @@ pytestmark = pytest.mark.oracle
 TARGETS = enumerate_targets(POPULAR)
 BY_ID = {target.id: target for target in TARGETS}
 
-# Known engine gaps being fixed (issue 11, deliverables 1 and 2). Remove an entry once the fix lands:
-# strict xfail turns an unexpected pass into a failure, so a stale entry cannot hide.
-COMPOSITE = (
-    "engine gap (issue 11.1/11.2): a composite whose map keys are returned only by its nested decorated models "
-    "(text_model_output, vision_model_output); the sweep compares it once trace names nested models' captures"
-)
-COMPOSITES = ("clip.CLIPModel", "siglip.SiglipModel")
-# Variants known to differ, "class:variant" -> reason (strict xfail). None at present.
+# Variants known to differ, "class:variant" -> reason (strict xfail: a stale entry cannot hide). None at present.
 KNOWN_GAPS: dict[str, str] = {}
 
 
@@ -44,22 +37,23 @@ def test_every_popular_family_has_classes() -> None:
     assert families == set(POPULAR), f"no classes found for {set(POPULAR) - families}"
 
 
-@pytest.mark.parametrize(
-    "target_id",
-    [
-        pytest.param(t, marks=[pytest.mark.xfail(strict=True, reason=COMPOSITE)] if t in COMPOSITES else [])
-        for t in sorted(BY_ID)
-    ],
-)
+@pytest.mark.parametrize("target_id", sorted(BY_ID))
 def test_builds_runs_and_returns_its_keys(target_id: str) -> None:
     model = built(target_id)
-    returned = [key for key in model.keys if model.expected[key] is not None]
-    assert returned, f"{target_id}: its own output returns none of {model.keys}"
+    # At its top level, or inside nested outputs (CLIPModel's text_model_output, vision_model_output).
+    assert model.compared, f"{target_id}: its own output returns none of {model.keys}"
+
+
+def test_a_dual_encoder_is_compared_in_both_towers() -> None:
+    model = built("clip.CLIPModel")
+    assert model.compared == [
+        f"{part}_output.{key}" for part in ("text_model", "vision_model") for key in ("hidden_states", "attentions")
+    ]
 
 
 def _cases() -> list:
     cases = []
-    for target_id in sorted(set(BY_ID) - set(COMPOSITES)):
+    for target_id in sorted(BY_ID):
         for variant in VARIANTS:
             reason = KNOWN_GAPS.get(f"{target_id}:{variant}")
             marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []

@@ -9,7 +9,7 @@ from ._collector import Collector, install_hooks
 from ._intercept import Interception, Listener, intercept
 from ._plan import MISSING, CacheInfo, HookPlan, cache_info, invalidate, own_output_map, plan_hooks
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, RecorderLike, default_index, normalize_output_map, normalized_tasks
-from ._scopes import decorated_paths, exposed_names, is_under, outermost, scope_label, scope_modules, tie_points
+from ._scopes import decorated_paths, exposed_names, is_under, outermost, plain_owners, scope_label, scope_modules, tie_points
 from ._selection import requested_positions, resolve_positions, resolve_selections
 from ._session import (
     FLAG_ALIASES,
@@ -43,6 +43,7 @@ __all__ = [
     "decorated_paths",
     "decorator_tie_last",
     "exposed_names",
+    "plain_owners",
     "is_under",
     "outermost",
     "scope_label",

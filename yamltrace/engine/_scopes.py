@@ -15,10 +15,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from torch import nn
 
+from ._plan import own_output_map, plan_hooks
+from ._recorder import normalized_tasks
 from ._session import decorator_tie_last
 from ._wrappers import unwrapped_modules
 
-__all__ = ["decorated_paths", "is_under", "outermost", "tie_points", "exposed_names", "scope_label", "scope_modules"]
+__all__ = [
+    "decorated_paths", "is_under", "outermost", "tie_points", "exposed_names", "plain_owners", "scope_label", "scope_modules",
+]
 
 
 def decorated_paths(model: nn.Module) -> list[str]:
@@ -67,16 +71,50 @@ def scope_label(path: str, others: Iterable[str]) -> str:
     return last
 
 
-def exposed_names(keys: Mapping[str, Sequence[str]], hooked: Mapping[str, set[str]]) -> dict[tuple[str, str], str]:
+def plain_owners(model: nn.Module, scopes: Sequence[str], keys: Iterable[str]) -> dict[str, str]:
+    """For each of `keys`, the one of several outermost `scopes` whose captures are the model's own.
+
+    A composite's forward returns one part's captures under the plain key (a multimodal model's
+    `hidden_states` are its language model's, not its vision tower's), as transformers' model outputs
+    do. That part is, per key:
+    1. the one scope holding modules that the traced model's own non-empty map hooks for the key (a
+       Gemma3 or Mllama composite declares its language model's layer classes); else
+    2. the one scope named `language_model`, transformers' convention for the language model of a
+       multimodal composite (Llava, PaliGemma, Qwen2-VL and their kin declare no map of their own).
+    A key left out (the map hooks several scopes or none, and no single `language_model`: an
+    encoder-decoder, a dual encoder such as CLIP) is prefixed in every scope.
+    """
+    found: dict[str, set[str]] = {}
+    own = own_output_map(model)
+    if isinstance(own, Mapping) and own:
+        for _, path, entries in plan_hooks(model, normalized_tasks(own), nested_maps=False):
+            holders = {scope for scope in scopes if is_under(path[1:], scope)}
+            for entry in entries:
+                found.setdefault(entry[0], set()).update(holders)
+    language = [scope for scope in scopes if scope.rpartition(".")[2] == "language_model"]
+    owners = {}
+    for key in keys:
+        holders = found.get(key, set())
+        if len(holders) == 1:
+            owners[key] = next(iter(holders))
+        elif len(language) == 1:
+            owners[key] = language[0]
+    return owners
+
+
+def exposed_names(
+    keys: Mapping[str, Sequence[str]], hooked: Mapping[str, set[str]], owners: Mapping[str, str] | None = None
+) -> dict[tuple[str, str], str]:
     """The name each (scope, key) is exposed under, for the outermost scopes of a trace.
 
     `keys` maps each scope path to its output keys, `hooked` each scope path to the keys whose
     recorders hook at least one of its modules. A key of one scope keeps its name; a key several
     scopes declare keeps it for the one scope that hooks modules for it (the encoder of an
     encoder-decoder has no cross-attention modules: the decoder's are `cross_attentions`); a key
-    several scopes hook is `<label>_<key>` for each (`encoder_hidden_states`, `decoder_hidden_states`,
-    as transformers names them in a sequence-to-sequence output). Keys no scope hooks are named
-    after the first scope that declares them.
+    several scopes hook keeps it for its owner in `owners` (see `plain_owners`) and is
+    `<label>_<key>` for each other scope, or for each scope when it has no owner among them
+    (`encoder_hidden_states`, `decoder_hidden_states`, as transformers names them in a
+    sequence-to-sequence output). Keys no scope hooks are named after the first scope that declares them.
     """
     paths = list(keys)
     names: dict[tuple[str, str], str] = {}
@@ -84,8 +122,9 @@ def exposed_names(keys: Mapping[str, Sequence[str]], hooked: Mapping[str, set[st
         declaring = [path for path in paths if key in keys[path]]
         hooking = [path for path in declaring if key in hooked.get(path, ())]
         if len(hooking) > 1:
+            owner = (owners or {}).get(key)
             for path in hooking:
-                names[(path, key)] = f"{scope_label(path, paths)}_{key}"
+                names[(path, key)] = key if path == owner else f"{scope_label(path, paths)}_{key}"
         else:
             names[((hooking or declaring)[0], key)] = key
     return names

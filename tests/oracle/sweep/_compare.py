@@ -5,6 +5,10 @@ The reference is one forward with every flag of the class's map on (`output_<key
   a  `yamltrace.trace(model)` around a forward without flags;
   b  `yamltrace.trace(model, load_spec(spec_from_model(cls).to_yaml()))`, same forward;
   c  the forward code under yamltrace's decorators (see `_redecorate`), with the reference's flags.
+A composite that returns its parts' captures inside nested outputs (`CLIPModel`'s `text_model_output`,
+`vision_model_output`) is compared there too: each nested field `<part>_output(s)` holds the captures
+of the submodule `<part>...`, which `trace` exposes under the key's name whose values' module paths
+lie in that submodule (`text_model_hidden_states`, see `nested_captures`).
 Every tensor is compared with `torch.equal`; the seed is reset before every forward, so models that
 draw random numbers in eval mode (masking, noise) draw the same ones.
 """
@@ -43,6 +47,13 @@ class Built:
     keys: list[str]
     expected: dict[str, Any]
     level: str = "small"
+
+    @property
+    def compared(self) -> list[str]:
+        """The reference's entries to compare: the keys returned at the top, then `<field>.<key>` for
+        each nested output field that returns a key."""
+        top = [key for key in self.keys if self.expected[key] is not None]
+        return top + [f"{name}.{key}" for name in self.expected[NESTED] for key in self.keys if f"{name}.{key}" in self.expected]
 
 
 @dataclass
@@ -90,7 +101,8 @@ def _field(output: Any, key: str) -> Any:
 
 def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]) -> dict[str, Any]:
     """The model's own output with every flag on: key -> its value (None when not returned at the top);
-    under `NESTED`, the fields of the output that hold a nested output carrying one of the keys."""
+    under `NESTED`, the fields of the output that hold a nested output carrying one of the keys, and
+    `<field>.<key>` -> each key such a nested output returns."""
     torch.manual_seed(SEED)
     with torch.no_grad():
         output = model(**inputs, **flags(keys))
@@ -99,6 +111,40 @@ def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]
         name for name in (output.keys() if hasattr(output, "keys") else ())
         if any(_field(output[name], key) is not None for key in keys) and hasattr(output[name], "keys")
     ]
+    for name in found[NESTED]:
+        for key in keys:
+            if (value := _field(output[name], key)) is not None:
+                found[f"{name}.{key}"] = value
+    return found
+
+
+def _part_of(field: str) -> str:
+    """The submodule a nested output field reports: `text_model_output` -> `text_model`."""
+    for suffix in ("_outputs", "_output"):
+        if field.endswith(suffix):
+            return field[: -len(suffix)]
+    return field
+
+
+def _in_part(path: str, part: str) -> bool:
+    """Whether a module path (`vision_model.encoder.layers.0`, `<layer>:input`) lies in a submodule
+    named `part` or `part_...` (`vision` for `vision_model`)."""
+    return any(c == part or c.startswith(part + "_") for c in path.partition(":")[0].split("."))
+
+
+def nested_captures(captures: Any, entries: list[str]) -> dict[str, Any]:
+    """For each `<field>.<key>` entry, the exposed key (`<key>` or `<label>_<key>`) whose values all
+    come from the field's submodule; None when no key, or several, fit."""
+    found = {}
+    for entry in entries:
+        field, _, key = entry.partition(".")
+        part = _part_of(field)
+        fits = [
+            name for name in captures
+            if (name == key or name.endswith("_" + key)) and captures.paths(name)
+            and all(_in_part(path, part) for path in captures.paths(name))
+        ]
+        found[entry] = captures[fits[0]] if len(fits) == 1 else None
     return found
 
 
@@ -201,7 +247,8 @@ def _captures(built: Built, variant: str) -> dict[str, Any]:
     torch.manual_seed(SEED)
     with torch.no_grad(), yamltrace.trace(model, spec) as captures:
         model(**inputs)
-    return {key: captures[key] if key in captures else None for key in built.keys}
+    found = {key: captures[key] if key in captures else None for key in built.keys}
+    return found | nested_captures(captures, [entry for entry in built.compared if "." in entry])
 
 
 def run_variant(built: Built, variant: str) -> str:
@@ -210,10 +257,8 @@ def run_variant(built: Built, variant: str) -> str:
         actual = _captures(built, variant)
     except Exception as error:
         return f"error: {short(error)}"
-    for key in built.keys:
-        if built.expected[key] is None:
-            continue
-        found = difference(actual[key], built.expected[key], key)
+    for key in built.compared:
+        found = difference(actual.get(key), built.expected[key], key)
         if found:
             return f"differs: {found}"
     return "equal"
@@ -229,12 +274,9 @@ def compare_target(target: Target, variants: tuple[str, ...] = VARIANTS) -> Resu
         return result
     result.keys, result.level = built.keys, built.level
     result.missing = [key for key in built.keys if built.expected[key] is None]
-    if len(result.missing) == len(built.keys):
+    if not built.compared:
         result.status = "no-output"
-        where = ", ".join(built.expected[NESTED])
-        result.reason = f"the model's own output returns none of {built.keys}" + (
-            f" at its top level (only inside its nested outputs {where}: a composite)" if where else ""
-        )
+        result.reason = f"the model's own output returns none of {built.keys}"
         return result
     result.status = "compared"
     result.variants = {variant: run_variant(built, variant) for variant in variants}
