@@ -1,13 +1,15 @@
 """The capture engine: recorders, which modules to hook (plans), what a hook records, and sessions.
 
 Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules, cached) ->
-`_collector` (what the hooks record, via `_intercept`) -> `_session` (what records in this context,
+`_collector` (what the hooks record, via `_intercept`) -> `_held` (hooks a decorated model keeps
+between capturing forwards) -> `_session` (what records in this context,
 the tie-last rule). `capture_outputs` and `trace` are built on these names.
 """
 
-from ._collector import Collector, install_hooks
+from ._collector import Collector, Sessions, install_hooks
+from ._held import HeldHooks, held_hooks, hold_hooks, release_hooks
 from ._intercept import Interception, Listener, intercept
-from ._plan import MISSING, CacheInfo, HookPlan, cache_info, invalidate, own_output_map, plan_hooks
+from ._plan import MISSING, CacheInfo, HookPlan, PlanGuard, cache_info, invalidate, own_output_map, plan_hooks
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, RecorderLike, default_index, normalize_output_map, normalized_tasks
 from ._selection import requested_positions, resolve_positions, resolve_selections
 from ._session import (
@@ -23,6 +25,12 @@ from ._session import (
 )
 
 __all__ = [
+    "release_hooks",
+    "hold_hooks",
+    "held_hooks",
+    "Sessions",
+    "PlanGuard",
+    "HeldHooks",
     "CAPTURE_DTYPES",
     "FLAG_ALIASES",
     "MISSING",
