@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench bench-icount clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider
+
+# Instructions per forward under callgrind (docs/performance.md); skipped with a message without valgrind.
+bench-icount: $(VENV)/.test
+	$(BIN)/python tests/benchmarks/icount.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -62,7 +62,7 @@ def hold_hooks(
     key = (tasks, tuple(keys))
     with _lock:
         held = _held.get(id(root))
-        if held is not None and held.key == key and held.guard.holds():
+        if held is not None and held.key == key and held.guard.holds(root):
             held.sessions = held.sessions + (session,)
             return held
     if held is not None:

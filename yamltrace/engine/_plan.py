@@ -87,25 +87,29 @@ class _CachedPlan:
 
 
 class PlanGuard:
-    """Whether a plan still describes its model: `holds()`, as exact as the plan cache and cheaper.
+    """Whether a plan still describes its model: `holds(root)`, as exact as the plan cache and cheaper.
 
-    It keeps strong references to the visited modules (no weak references to follow), so it is for
-    hooks that stay installed on them anyway (`_held`); it checks the generation, then each module's
-    class and number of children.
+    It keeps strong references to the visited modules below the root (no weak references to follow;
+    the root itself is passed in, so a guard never keeps it alive), for hooks that stay installed on
+    them anyway (`_held`); it checks the generation, then each module's class and number of children.
     """
 
-    __slots__ = ("_cached", "_modules")
+    __slots__ = ("_generation", "_modules", "_root_class", "_root_size", "_classes", "_sizes")
 
     def __init__(self, cached: _CachedPlan, visited: list[nn.Module]) -> None:
-        self._cached = cached
-        self._modules = visited
+        self._generation = cached.generation
+        self._modules = visited[1:]
+        self._root_class, self._root_size = cached.classes[0], cached.sizes[0]
+        self._classes, self._sizes = cached.classes[1:], cached.sizes[1:]
 
-    def holds(self) -> bool:
-        cached, modules = self._cached, self._modules
+    def holds(self, root: nn.Module) -> bool:
+        modules = self._modules
         return (
-            cached.generation == _generation
-            and list(map(len, map(_CHILDREN, modules))) == cached.sizes
-            and list(map(type, modules)) == cached.classes
+            self._generation == _generation
+            and type(root) is self._root_class
+            and len(root._modules) == self._root_size
+            and list(map(len, map(_CHILDREN, modules))) == self._sizes
+            and list(map(type, modules)) == self._classes
         )
 
 
