@@ -35,6 +35,7 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
         def wrapper(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             config = self.config
             absent = _plainly_absent(type(config))
+            own = config.__dict__ if absent else None  # read once: a Python __getattribute__ on transformers' configs
             for name in names:
                 position = positions.get(name)
                 positional = position is not None and len(args) > position
@@ -43,7 +44,7 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
                 elif kwargs.get(name) is not None:
                     value = kwargs[name]
                 elif name in absent:
-                    value = object.__getattribute__(config, "__dict__").get(name)
+                    value = own.get(name)
                 else:
                     value = getattr(config, name, None)
                 if value is None:
@@ -56,7 +57,7 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
             if "is_causal" in kwargs:
                 is_causal = kwargs["is_causal"]
             elif "is_causal" in absent:
-                is_causal = object.__getattribute__(config, "__dict__").get("is_causal")
+                is_causal = own.get("is_causal")
             else:
                 is_causal = getattr(config, "is_causal", None)
             if is_causal is None:
