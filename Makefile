@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test bench fidelity clean
+.PHONY: demo test bench bench-icount fidelity clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ bench: $(VENV)/.test
 # The architecture sweep over every transformers class that records outputs (~15-20 min on 2 cores).
 fidelity: $(VENV)/.test
 	HF_HUB_OFFLINE=1 PYTHONPATH=tests $(BIN)/python -m oracle.sweep --jobs 2 --out docs/fidelity.md
+
+# Instructions per forward under callgrind (docs/performance.md); skipped with a message without valgrind.
+bench-icount: $(VENV)/.test
+	$(BIN)/python tests/benchmarks/icount.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

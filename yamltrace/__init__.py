@@ -23,6 +23,7 @@ _EXPORTS = {
     "Captures": ".tracing",
     "OutputRecorder": ".engine",
     "capture_outputs": ".capture",
+    "release_hooks": ".engine",
     "trace": ".tracing",
     # specs
     "PatchEntry": ".spec",
@@ -67,7 +68,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 if TYPE_CHECKING:
     from .capture import capture_outputs
     from .checkpoint import from_pretrained, save_pretrained
-    from .engine import OutputRecorder
+    from .engine import OutputRecorder, release_hooks
     from .extraction import extract, open_activations
     from .errors import CaptureError, PatchError, PatchProblem, SpecError, SpecIssue, YamltraceError
     from .modeling import ModelOutput, PreTrainedModel, merge_with_config_defaults

@@ -1,8 +1,8 @@
 """`capture_outputs`: the forward decorator that records submodule outputs into a model's output.
 
 Same contract as transformers 5.x: flags `output_<key>` come from the forward's kwargs, else from the
-config; captured lists become tuples on the returned `ModelOutput`. Hooks exist only while a forward
-that requested capture runs.
+config; captured lists become tuples on the returned `ModelOutput`. Hooks are installed by a forward
+that requests capture and stay for the next ones; the first forward without capture removes them.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from .engine import (
     Collector,
     OutputRecorder,
     Session,
-    install_hooks,
+    hold_hooks,
     normalized_tasks,
     own_output_map,
-    plan_hooks,
+    release_hooks,
     requested_flags,
     resolve_selections,
     tie_last_enabled,
@@ -93,6 +93,7 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
                     outputs = forward(self, *args, **kwargs)
                     return outputs.to_tuple() if return_dict is False else outputs
             if not flags:
+                release_hooks(self)  # hooks held since the last capturing forward (docs/capture.md)
                 token = NO_CAPTURE.enter()
                 try:
                     outputs = forward(self, *args, **kwargs)
@@ -103,13 +104,13 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
             tasks = normalized_tasks(output_map)
             selections = resolve_selections(tasks, flags, flags.get("hidden_states"), _layer_count(config))
             session = Session(Collector(flags, selections), block=False)
-            hooks = install_hooks(plan_hooks(self, tasks, nested_maps=True, keys=flags), session)
+            hooks = hold_hooks(self, tasks, flags, session)  # kept until a forward without capture
             token = session.enter()
             try:
                 outputs = forward(self, *args, **kwargs)
             finally:
                 session.exit(token)
-                hooks.remove()
+                hooks.finish(session)
 
             collector = session.collector
             for key, values in collector.lists.items():

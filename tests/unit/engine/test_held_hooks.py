@@ -1,0 +1,165 @@
+"""Hooks held between consecutive capturing forwards (docs/capture.md, "Hooks between forwards")."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import assert_same, hook_count
+from yamltrace.capture import capture_outputs
+from yamltrace.engine import OutputRecorder, held_hooks, release_hooks
+from yamltrace.modeling import BaseModelOutput, Config, PreTrainedModel
+
+DIM = 4
+FLAGS = {"output_hidden_states": True, "output_attentions": True}
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.Linear(DIM, DIM)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x + self.attn(x))
+
+
+class OtherBlock(Block):
+    """A `Block` subclass the map does not record as a hidden state."""
+
+
+class Held(PreTrainedModel):
+    _can_record_outputs = {"hidden_states": Block, "attentions": OutputRecorder(nn.Linear, index=0, layer_name="attn")}
+
+    def __init__(self) -> None:
+        super().__init__(Config(num_hidden_layers=3))
+        self.layers = nn.ModuleList(Block() for _ in range(3))
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> BaseModelOutput:
+        for layer in self.layers:
+            x = layer(x)
+        return BaseModelOutput(last_hidden_state=x)
+
+
+def expected(model: Held, x: torch.Tensor) -> tuple[list, list]:
+    """Hidden states and attention outputs of `model`, computed by calling its submodules by hand."""
+    states, attentions = [x], []
+    for layer in model.layers:
+        attentions.append(layer.attn(states[-1]))
+        states.append(layer(states[-1]))
+    return states, attentions
+
+
+@pytest.fixture
+def model() -> Held:
+    torch.manual_seed(0)
+    return Held().eval()
+
+
+@pytest.fixture
+def x() -> torch.Tensor:
+    return torch.randn(2, DIM, generator=torch.Generator().manual_seed(1))
+
+
+def test_consecutive_capturing_forwards_reuse_the_hooks(model, x) -> None:
+    first = model(x, **FLAGS)
+    forwards = [m.__dict__["forward"] for m in model.modules() if "forward" in m.__dict__]
+    second = model(x, **FLAGS)
+    assert held_hooks(model)
+    assert [m.__dict__["forward"] for m in model.modules() if "forward" in m.__dict__] == forwards
+    states, attentions = expected(model, x)
+    for out in (first, second):
+        assert_same(out.hidden_states, states)
+        assert_same(out.attentions, attentions)
+    assert first.hidden_states[1] is not second.hidden_states[1]  # each forward its own captures
+
+
+def test_a_forward_without_capture_removes_everything(model, x) -> None:
+    model(x, **FLAGS)
+    assert hook_count(model) > 0
+    out = model(x)
+    assert hook_count(model) == 0 and not held_hooks(model)
+    assert out.hidden_states is None
+    model(x, **FLAGS)
+    release_hooks(model)
+    release_hooks(model)  # idempotent
+    assert hook_count(model) == 0 and not held_hooks(model)
+
+
+def test_held_hooks_record_nothing_between_forwards(model, x) -> None:
+    out = model(x, **FLAGS)
+    for layer in model.layers:  # calls of hooked modules outside a capturing forward
+        layer(x)
+    assert len(out.hidden_states) == 4 and len(out.attentions) == 3
+
+
+def test_other_flags_replace_the_held_hooks(model, x) -> None:
+    model(x, **FLAGS)
+    out = model(x, output_attentions=True)
+    assert out.hidden_states is None
+    assert_same(out.attentions, expected(model, x)[1])
+    assert sum("forward" in m.__dict__ for m in model.modules()) == 3  # the attention layers only
+
+
+@pytest.mark.parametrize("change", ["replace", "delete", "append", "class"])
+def test_structure_changes_between_capturing_forwards_are_followed(model, x, change) -> None:
+    model(x, **FLAGS)
+    if change == "replace":
+        model.layers[1] = Block()
+    elif change == "delete":
+        del model.layers[1]
+    elif change == "append":
+        model.layers.append(Block())
+    else:
+        model.layers[1].__class__ = OtherBlock
+    out = model(x, **FLAGS)
+    states, attentions = expected(model, x)
+    if change == "class":  # still a Block (a subclass): recorded as before
+        assert len(out.hidden_states) == 4
+    assert_same(out.hidden_states, states)
+    assert_same(out.attentions, attentions)
+    model(x)
+    assert hook_count(model) == 0
+
+
+def test_copies_state_dict_and_compile_are_unaffected(model, x) -> None:
+    reference = model(x, **FLAGS)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    assert held_hooks(model)
+    assert model.state_dict().keys() == state.keys()
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert not held_hooks(twin)
+        plain = twin(x)
+        assert_same(plain.last_hidden_state, reference.last_hidden_state)
+        captured = twin(x, **FLAGS)
+        assert_same(captured.hidden_states, expected(twin, x)[0])
+        twin(x)
+        assert not held_hooks(twin)
+    # The original still records into its own outputs only.
+    again = model(x, **FLAGS)
+    assert_same(again.hidden_states, reference.hidden_states)
+    compiled = torch.compile(model, backend="eager")
+    assert_same(compiled(x).last_hidden_state, reference.last_hidden_state)  # held hooks are inert there
+    assert held_hooks(model)  # a compiled forward changes no hooks: release explicitly
+    release_hooks(model)
+    assert hook_count(model) == 0
+
+
+def test_collected_model_takes_its_hooks_along(x) -> None:
+    import gc
+    import weakref
+
+    model = Held().eval()
+    layer = model.layers[0]
+    model(x, **FLAGS)
+    assert "forward" in layer.__dict__
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None
+    assert "forward" not in layer.__dict__

@@ -1,0 +1,115 @@
+"""Hooks a decorated model keeps between consecutive capturing forwards, until a forward without capture.
+
+A `capture_outputs` forward that captures takes its hooks from `hold_hooks`: the first one installs
+them, later ones with the same keys reuse them while the plan still describes the model
+(`PlanGuard`: no structure change since, see `_plan`), so an evaluation loop pays neither the plan
+check of the cache nor installing and removing per forward. `release_hooks` (called by every
+decorated forward that captures nothing, and public as `yamltrace.release_hooks`) removes them; so
+does the model's collection. Between two capturing forwards the hooked modules carry interceptors
+that record nothing (no session of theirs is running). Each capturing forward starts and finishes
+its session on the held hooks; concurrent forwards of one model (threads) each record their own.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from torch import nn
+
+from ._collector import Sessions, install_hooks
+from ._plan import plan_hooks
+from ._recorder import OutputRecorder
+
+__all__ = ["HeldHooks", "hold_hooks", "release_hooks", "held_hooks"]
+
+# Held hooks by id(root): a weakref.finalize on the root removes its entry and its hooks when the root
+# is collected (before its id can be reused). They hold no strong reference to the root.
+_held: dict[int, HeldHooks] = {}
+_lock = threading.Lock()
+
+
+class HeldHooks(Sessions):
+    """The hooks of one model for one set of keys, and the capturing forwards using them now."""
+
+    __slots__ = ("key", "guard", "interception", "finalizer", "released")
+
+    def __init__(self, key: tuple, guard: Any) -> None:
+        super().__init__()
+        self.key = key
+        self.guard = guard
+        self.interception: Any = None
+        self.finalizer: Any = None
+        self.released = False  # removed from `_held`; the last running forward removes the hooks
+
+    def finish(self, session: Any) -> None:
+        """A capturing forward ended (also by an exception)."""
+        with _lock:
+            self.sessions = tuple(s for s in self.sessions if s is not session)
+            remove = self.released and not self.sessions
+        if remove:
+            self.interception.remove()
+
+
+def hold_hooks(
+    root: nn.Module, tasks: tuple[tuple[str, OutputRecorder], ...], keys: Iterable[str], session: Any
+) -> HeldHooks:
+    """Start `session` (a capturing forward of `root` recording `keys` of its own map's tasks, nested
+    maps followed) on the held hooks when they still fit, else on new ones, held from now on.
+    Call `finish(session)` on the result when the forward ends."""
+    key = (tasks, tuple(keys))
+    with _lock:
+        held = _held.get(id(root))
+        if held is not None and held.key == key and held.guard.holds(root):
+            held.sessions = held.sessions + (session,)
+            return held
+    if held is not None:
+        release_hooks(root)
+    plan, guard = plan_hooks(root, tasks, nested_maps=True, keys=key[1], guarded=True)
+    held = HeldHooks(key, guard)
+    held.sessions = (session,)
+    held.interception = install_hooks(plan, held)
+    if any(module is root for module, _, _ in plan):
+        # Hooks on the root itself would keep it alive: not held, removed when this forward finishes.
+        held.released = True
+        return held
+    held.finalizer = weakref.finalize(root, _forget, id(root))
+    with _lock:
+        previous = _held.get(id(root))
+        _held[id(root)] = held
+    if previous is not None:  # another thread installed some meanwhile
+        _release(previous)
+    return held
+
+
+def release_hooks(model: nn.Module) -> None:
+    """Remove the hooks `model` keeps from its last capturing forward (nothing if it keeps none).
+
+    Capturing forwards running now keep recording; the last of them removes the hooks.
+    """
+    if _held:
+        _forget(id(model))
+
+
+def held_hooks(model: nn.Module) -> bool:
+    """Whether `model` keeps hooks from a capturing forward (for tests and diagnostics)."""
+    return id(model) in _held
+
+
+def _forget(key: int) -> None:
+    with _lock:
+        held = _held.pop(key, None)
+    if held is not None:
+        _release(held)
+
+
+def _release(held: HeldHooks) -> None:
+    with _lock:
+        held.released = True
+        remove = not held.sessions
+    if held.finalizer is not None:
+        held.finalizer.detach()
+    if remove:
+        held.interception.remove()
