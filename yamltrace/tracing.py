@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
-from torch.compiler import is_compiling
 
 from ._captures import Captures
 from ._trace_checks import check_patches, check_recorders, retarget_to_patches, warn_no_tensor
@@ -238,7 +237,6 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
     captures = Captures(lists, ends, value_paths)
     is_active = session.recording
     ties: list[int] = []
-    fired: set[str] = set()
     depth = 0
 
     # Steps are kept in place (no new containers inside the hooks, which torch.compile may trace):
@@ -320,7 +318,7 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
                     handles.append(module.register_forward_hook(tie_exit(values, collector, tie), always_call=True))
             handles.append(scope.module.register_forward_hook(scope_exited, always_call=True))
             if scope.exposed and scope.plan:
-                handles.append(install_hooks(scope.plan, _ScopeSink(session, scope, fired)))
+                handles.append(install_hooks(scope.plan, _ScopeSink(session, scope)))
         handles.append(outer.register_forward_hook(step_finished))
         handles.append(outer.register_forward_hook(step_ended, always_call=True))
         token = session.enter()
@@ -331,45 +329,29 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
         session.open = False
         for handle in handles:
             handle.remove()
-    # Keys whose modules ran; a key with a layer selection holds None for unselected layers on purpose.
+    # Keys whose modules ran and gave None where they read; a key with a layer selection holds None
+    # for unselected layers on purpose.
     ran = {
         name: lists[name]
         for name, (scope, key) in sources.items()
         if key != "hidden_states"
         and key not in scope.collector.selections
-        and any(p in fired for _, p, entries in scope.plan if any(e[0] == key for e in entries))
+        and any(p in scope.collector.silent for _, p, entries in scope.plan if any(e[0] == key for e in entries))
     }
     if ends:
         warn_no_tensor(model, ran)
 
 
 class _ScopeSink:
-    """What `install_hooks` records into for one scope: its collector, while it is the innermost.
-
-    `fired` collects the paths of the modules that recorded, so a key whose modules ran but gave no
-    tensor can be told from one whose modules never ran (not while torch.compile traces: dynamo would
-    guard on the set's `add` and recompile for every block).
-    """
+    """What `install_hooks` records into for one scope: its collector, while it is the innermost."""
 
     __slots__ = ("collector", "recording")
 
-    def __init__(self, session: Session, scope: _Scope, fired: set[str]) -> None:
-        record, mark = scope.collector.record, fired.add
-
-        def record_and_mark(path: str, entries: tuple, args: tuple, kwargs: dict, output: Any) -> None:
-            if not is_compiling():
-                mark(path)
-            record(path, entries, args, kwargs, output)
-
-        self.collector = _Recorder(record_and_mark)
+    def __init__(self, session: Session, scope: _Scope) -> None:
+        self.collector = scope.collector
         records_into, number = session.records_into, scope.number
 
         def recording() -> bool:
             return records_into(number)
 
         self.recording = recording
-
-
-@dataclass(frozen=True)
-class _Recorder:
-    record: Callable[..., None]

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.compiler import is_compiling
 
 from ..errors import CaptureError
 from ._intercept import Interception, intercept
@@ -73,9 +74,11 @@ class Collector:
     in each list (a trace keeps every forward's values in one list); positions count from there.
     `paths` holds, beside each list, the dotted path (leading dot) of the module each value came
     from; the initial hidden state, which is the input of the first hooked module, has `:input` added.
+    `silent` holds the paths of modules that gave `None` where a key other than `hidden_states`
+    reads (attention weights under SDPA), so a trace can say why such a key is empty.
     """
 
-    __slots__ = ("lists", "paths", "selections", "starts", "last_transform")
+    __slots__ = ("lists", "paths", "selections", "starts", "last_transform", "silent")
 
     def __init__(self, keys: Iterable[str], selections: dict[str, frozenset[int]] | None = None) -> None:
         self.lists: dict[str, list[Any]] = {k: [] for k in keys}
@@ -85,6 +88,7 @@ class Collector:
         # The transform applied to each key's latest kept value, so a value that replaces it later
         # (the tied last hidden state) gets the same treatment.
         self.last_transform: dict[str, Transform | None] = {}
+        self.silent: set[str] = set()
 
     def _append(self, key: str, values: list[Any], value: Any, transform: Transform | None, path: str) -> None:
         selection = self.selections.get(key) if self.selections else None
@@ -133,9 +137,12 @@ class Collector:
                     self._append(key, values, first_input, transform, path + ":input")
                 if value is not None:
                     self._append(key, values, value, transform, path)
-            elif value is not None or not is_tuple:
-                # A None element of a tuple is skipped; a module that returned None itself is kept.
-                self._append(key, values, value, transform, path)
+            else:
+                if value is None and not is_compiling():  # (dynamo would guard on the set's add)
+                    self.silent.add(path)
+                if value is not None or not is_tuple:
+                    # A None element of a tuple is skipped; a module that returned None itself is kept.
+                    self._append(key, values, value, transform, path)
 
 
 class Sessions:
@@ -232,8 +239,12 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, t
             if value is not None:
                 values.append(value)
                 collector.paths[key].append(path)
+            elif not is_compiling():
+                collector.silent.add(path)
         else:
             values.append(output)
             collector.paths[key].append(path)
+            if output is None and not is_compiling():
+                collector.silent.add(path)
 
     return hidden_states if key == "hidden_states" else other
