@@ -162,13 +162,14 @@ def retarget_to_patches(spec: Spec) -> Spec:
     if not spec.patches:
         return spec
 
-    def retarget(outputs: Mapping[str, tuple[OutputRecorder, ...]]) -> dict[str, list[OutputRecorder]]:
-        result = {}
+    def retarget(outputs: Mapping[str, tuple[OutputRecorder, ...]]) -> dict[str, tuple[OutputRecorder, ...]]:
+        result: dict[str, tuple[OutputRecorder, ...]] = {}
         for key, recorders in outputs.items():
-            result[key] = []
+            retargeted = []
             for r in recorders:
                 entry = None if r.target_class is None else _entry_for(r.target_class.__name__, spec.patches)
-                result[key].append(r if entry is None else dataclasses.replace(r, target_class=entry.replacement))
+                retargeted.append(r if entry is None else dataclasses.replace(r, target_class=entry.replacement))
+            result[key] = tuple(retargeted)
         return result
 
     scopes = {path: dataclasses.replace(s, outputs=retarget(s.outputs)) for path, s in spec.scopes.items()}

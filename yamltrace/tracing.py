@@ -248,20 +248,20 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
         del stack[:]
         del ties[:]
 
-    def step_started(module: nn.Module, args: tuple) -> None:
+    def step_started(module: nn.Module, args: tuple[Any, ...]) -> None:
         nonlocal depth
         if is_active():
             if depth == 0:
                 discard_unfinished()
             depth += 1
 
-    def step_finished(module: nn.Module, args: tuple, output: Any) -> None:
+    def step_finished(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if is_active() and depth == 1:
             ends.append(tuple([len(values) for values in lists.values()]))
             for name, values in lists.items():
                 step_starts[name] = len(values)
 
-    def step_ended(module: nn.Module, args: tuple, output: Any) -> None:
+    def step_ended(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         # Runs after step_finished, and also when the forward raised: a failed step is discarded.
         nonlocal depth
         if is_active() and depth > 0:
@@ -269,10 +269,10 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
             if depth == 0:
                 discard_unfinished()
 
-    def scope_entry(scope: _Scope) -> Callable[[nn.Module, tuple], None]:
+    def scope_entry(scope: _Scope) -> Callable[[nn.Module, tuple[Any, ...]], None]:
         number, collector = scope.number, scope.collector
 
-        def scope_entered(module: nn.Module, args: tuple) -> None:
+        def scope_entered(module: nn.Module, args: tuple[Any, ...]) -> None:
             if is_active():
                 stack.append(number)
                 if collector is not None:  # a new call of the scope: positions count from here
@@ -281,19 +281,19 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
 
         return scope_entered
 
-    def scope_exited(module: nn.Module, args: tuple, output: Any) -> None:
+    def scope_exited(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if is_active() and stack:
             stack.pop()
 
-    def tie_entry(values: list[Any]) -> Callable[[nn.Module, tuple], None]:
-        def tie_entered(module: nn.Module, args: tuple) -> None:
+    def tie_entry(values: list[Any]) -> Callable[[nn.Module, tuple[Any, ...]], None]:
+        def tie_entered(module: nn.Module, args: tuple[Any, ...]) -> None:
             if is_active():
                 ties.append(len(values))
 
         return tie_entered
 
-    def tie_exit(values: list[Any], collector: Collector, tie: bool) -> Callable[[nn.Module, tuple, Any], None]:
-        def tie_exited(module: nn.Module, args: tuple, output: Any) -> None:
+    def tie_exit(values: list[Any], collector: Collector, tie: bool) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+        def tie_exited(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             if is_active() and ties:
                 mark = ties.pop()
                 if tie and output is not None and len(values) > mark:
@@ -331,13 +331,13 @@ def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bo
             handle.remove()
     # Keys whose modules ran and gave None where they read; a key with a layer selection holds None
     # for unselected layers on purpose.
-    ran = {
-        name: lists[name]
-        for name, (scope, key) in sources.items()
-        if key != "hidden_states"
-        and key not in scope.collector.selections
-        and any(p in scope.collector.silent for _, p, entries in scope.plan if any(e[0] == key for e in entries))
-    }
+    ran = {}
+    for name, (scope, key) in sources.items():
+        collector = scope.collector
+        if collector is None or key == "hidden_states" or key in collector.selections:
+            continue
+        if any(p in collector.silent for _, p, entries in scope.plan if any(e[0] == key for e in entries)):
+            ran[name] = lists[name]
     if ends:
         warn_no_tensor(model, ran)
 

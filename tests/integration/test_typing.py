@@ -17,18 +17,6 @@ from helpers import ROOT
 
 pytestmark = pytest.mark.slow
 
-# Modules still being reworked elsewhere; each entry comes off the list when mypy passes on it.
-PENDING = (
-    "yamltrace/_trace_checks.py",
-    "yamltrace/engine/_collector.py",
-    "yamltrace/engine/_intercept.py",
-    "yamltrace/engine/_plan.py",
-    "yamltrace/tracing.py",
-)
-
-_ERROR = re.compile(r"^(?P<file>[^:\n]+):\d+: error: ", re.MULTILINE)
-
-
 @pytest.fixture(scope="module")
 def mypy_run() -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -38,10 +26,6 @@ def mypy_run() -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=600,
     )
-
-
-def _error_files(output: str) -> set[str]:
-    return {match["file"].replace("\\", "/") for match in _ERROR.finditer(output)}
 
 
 def test_mypy_ran_over_the_package(mypy_run: subprocess.CompletedProcess[str]) -> None:
@@ -54,15 +38,5 @@ def test_mypy_ran_over_the_package(mypy_run: subprocess.CompletedProcess[str]) -
     assert int(checked[1]) == len(list((ROOT / "yamltrace").rglob("*.py"))), summary
 
 
-def test_modules_outside_the_pending_list_are_clean(mypy_run: subprocess.CompletedProcess[str]) -> None:
-    unexpected = _error_files(mypy_run.stdout) - set(PENDING)
-    lines = [line for line in mypy_run.stdout.splitlines() if line.split(":", 1)[0] in unexpected]
-    assert not unexpected, "\n".join(lines)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="mypy --strict still reports errors in modules under concurrent rework: " + ", ".join(PENDING),
-)
 def test_mypy_strict_passes_on_the_whole_package(mypy_run: subprocess.CompletedProcess[str]) -> None:
     assert mypy_run.returncode == 0, mypy_run.stdout + mypy_run.stderr

@@ -7,7 +7,7 @@ records only while its session says so (`_session`), which keeps threads and nes
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -106,7 +106,7 @@ class Collector:
             self.last_transform[key] = transform
         self.paths[key].append(path)
 
-    def record(self, path: str, entries: tuple[Entry, ...], args: tuple, kwargs: dict, output: Any) -> None:
+    def record(self, path: str, entries: tuple[Entry, ...], args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         """Record `output` (and, for the first hidden state, the module's input) for each entry."""
         lists = self.lists
         is_tuple = isinstance(output, tuple)
@@ -114,7 +114,7 @@ class Collector:
             values = lists.get(key)
             if values is None:
                 continue
-            if index.__class__ is not int:  # an InputSource: the recorder takes an argument
+            if not isinstance(index, int):  # an InputSource: the recorder takes an argument
                 try:
                     value = index.take(path, args, kwargs)
                 except PositionError as e:
@@ -177,7 +177,7 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, t
     collector with selections, and for the error of an index out of range."""
     path, entries = row[1], row[2]
 
-    def general(_: Any, args: tuple, kwargs: dict, output: Any) -> None:
+    def general(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         for session in served.sessions:
             if session.recording():
                 session.collector.record(path, entries, args, kwargs, output)
@@ -185,11 +185,12 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, t
 
     if len(entries) != 1 or entries[0][0] in transformed or not isinstance(entries[0][1], int):
         return general  # several entries, a transform (positions, detach, to, dtype), or an input recorder
-    key, index, initial, _ = entries[0]
+    key, source, initial, _ = entries[0]
+    index = cast(int, source)  # an int here: input recorders take the general path
     input_path = path + ":input"
 
     # Closes over plain objects only (no bound built-in methods): dynamo guards on those by identity.
-    def hidden_states(_: Any, args: tuple, kwargs: dict, output: Any) -> None:
+    def hidden_states(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         for session in served.sessions:
             if session.recording():
                 break
@@ -218,7 +219,7 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, t
             values.append(value)
             paths.append(path)
 
-    def other(_: Any, args: tuple, kwargs: dict, output: Any) -> None:
+    def other(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         for session in served.sessions:
             if session.recording():
                 break

@@ -36,7 +36,7 @@ class HeldHooks(Sessions):
 
     __slots__ = ("key", "guard", "interception", "finalizer", "released")
 
-    def __init__(self, key: tuple, guard: Any) -> None:
+    def __init__(self, key: tuple[Any, ...], guard: Any) -> None:
         super().__init__()
         self.key = key
         self.guard = guard

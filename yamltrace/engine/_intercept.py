@@ -27,7 +27,7 @@ from torch import nn
 __all__ = ["Listener", "Interception", "intercept"]
 
 # Called after the module's forward returned: (its context, positional args, keyword args, output).
-Listener = Callable[[Any, tuple, dict, Any], None]
+Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
 
 _FORWARD = "forward"
 # Serialises installs and removals (not calls: those read an immutable tuple of listeners).
@@ -60,11 +60,11 @@ class _Interceptor:
             listener(context, args, kwargs, output)
         return output
 
-    def __deepcopy__(self, memo: dict) -> _Interceptor:
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Interceptor:
         # `inner` is bound to the module being copied; deepcopy rebinds it to the copy.
         return _Interceptor(copy.deepcopy(self.inner, memo))
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_Interceptor, (self.inner,))
 
 

@@ -12,7 +12,7 @@ import functools
 import operator
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from torch import nn
 from torch.compiler import is_compiling
@@ -85,7 +85,8 @@ class _CachedPlan:
         # A collected module dereferences to None, whose class differs from the recorded one.
         if list(map(type, visited)) != self.classes or list(map(len, map(_CHILDREN, visited))) != self.sizes:
             return None
-        return [(visited[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, visited)
+        alive = cast("list[nn.Module]", visited)  # every class matched: none was collected
+        return [(alive[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, alive)
 
 
 class PlanGuard:
@@ -117,7 +118,7 @@ class PlanGuard:
 
 # Plans by root module, then by (tasks, wanted keys, nested_maps). Weak keys: the cache never keeps a
 # model alive, and its values hold only weak references to modules.
-_plans: weakref.WeakKeyDictionary[nn.Module, dict[tuple, _CachedPlan]] = weakref.WeakKeyDictionary()
+_plans: weakref.WeakKeyDictionary[nn.Module, dict[tuple[Any, ...], _CachedPlan]] = weakref.WeakKeyDictionary()
 # Bumped by every submodule registration into a module some cached plan visited (once the hook is
 # installed) and by `invalidate`: a cached plan built under an older generation is rebuilt.
 # Registrations elsewhere (a forward slicing a ModuleList builds a new one) leave plans valid.
@@ -126,7 +127,7 @@ _generation = 0
 # module is collected (before its id can be reused). A dict of ids, not a WeakSet: the registration
 # hook tests membership on every submodule registration of every model in the process (Llama slices
 # its layer list in each forward), and `id(m) in dict` costs a fraction of `m in weakset`.
-_watched: dict[int, weakref.ref] = {}
+_watched: dict[int, weakref.ref[nn.Module]] = {}
 _registration_handle: Any = None
 # Cache hits and misses, for `cache_info`.
 _stats = [0, 0]
@@ -151,7 +152,7 @@ def _watch(modules: Iterable[nn.Module]) -> None:
             _watched[key] = weakref.ref(module, functools.partial(_unwatch, key))
 
 
-def _unwatch(key: int, reference: weakref.ref) -> None:
+def _unwatch(key: int, reference: weakref.ref[nn.Module]) -> None:
     if _watched.get(key) is reference:
         del _watched[key]
 

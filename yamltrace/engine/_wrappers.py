@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Iterator
+from typing import cast
 
 from torch import nn
 
@@ -59,7 +60,10 @@ def unwrap(model: nn.Module) -> nn.Module:
     """The module inside any chain of wrappers around `model` (`model` itself when it is no wrapper)."""
     attribute = wrapped_attribute(model)
     while attribute is not None:
-        model = model._modules[attribute]
+        inner = model._modules[attribute]
+        if inner is None:
+            break
+        model = inner
         attribute = wrapped_attribute(model)
     return model
 
@@ -78,7 +82,7 @@ def logical_path(root: nn.Module, path: str) -> str:
     for name in path.split("."):
         if name != wrapped_attribute(module):
             kept.append(name)
-        module = module._modules[name]
+        module = cast(nn.Module, module._modules[name])  # a path of named_modules: never an empty slot
     return ".".join(kept)
 
 

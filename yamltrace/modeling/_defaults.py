@@ -39,7 +39,7 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
         def wrapper(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             config: Any = self.config
             absent = _plainly_absent(type(config))
-            own = config.__dict__ if absent else None  # read once: a Python __getattribute__ on transformers' configs
+            own: dict[str, Any] = config.__dict__ if absent else {}  # read once: a Python __getattribute__ on transformers' configs
             for name in names:
                 position = positions.get(name, len(args))  # len(args): not passed positionally
                 positional = position < len(args)
@@ -100,7 +100,7 @@ def _plainly_absent(cls: type) -> frozenset[str]:
     """
     absent = _ABSENT.get(cls)
     if absent is None:
-        lookup = cls.__getattribute__
+        lookup: Any = cls.__getattribute__
         plain = lookup is object.__getattribute__ or (
             getattr(lookup, "__qualname__", "") in ("PreTrainedConfig.__getattribute__", "PretrainedConfig.__getattribute__")
             and getattr(lookup, "__module__", "") == "transformers.configuration_utils"
