@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from torch import nn
 
@@ -47,7 +47,10 @@ from .engine import (
 from .errors import did_you_mean
 from .spec import Spec, load_spec
 
-__all__ = ["trace", "Captures"]
+__all__ = ["trace", "Captures", "SpecLike"]
+
+# What `trace` takes as a spec: a Spec, a spec file, or a `_can_record_outputs`-style dict.
+SpecLike = Union[Spec, str, "os.PathLike[str]", Mapping[str, Any]]
 
 
 @dataclass(eq=False)
@@ -104,7 +107,7 @@ def _spec_scopes(model: nn.Module, spec: Spec, root_tasks: Any, strict: bool) ->
     return scopes
 
 
-def _resolve(model: nn.Module, spec: Any, strict: bool) -> tuple[list[_Scope], Spec | None]:
+def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[list[_Scope], Spec | None]:
     """The scopes `trace` records for its `spec` argument, and the explicit spec (None without one)."""
     if spec is None:
         attached = getattr(model, "yamltrace_spec", None)
@@ -149,7 +152,13 @@ def _position_counter(module: nn.Module, plan: HookPlan) -> Callable[[str, Outpu
 
 
 @contextlib.contextmanager
-def trace(model: nn.Module, spec: Any = None, *, outputs: Any = None, strict: bool = True) -> Iterator[Captures]:
+def trace(
+    model: nn.Module,
+    spec: SpecLike | None = None,
+    *,
+    outputs: str | Iterable[str] | None = None,
+    strict: bool = True,
+) -> Iterator[Captures]:
     """Capture the outputs a spec declares while the block runs; yields a read-only `key -> tuple` map.
 
     Args:
