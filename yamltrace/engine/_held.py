@@ -25,9 +25,13 @@ from ._recorder import OutputRecorder
 
 __all__ = ["HeldHooks", "hold_hooks", "release_hooks", "held_hooks"]
 
-# Held hooks by id(root): a weakref.finalize on the root removes its entry and its hooks when the root
-# is collected (before its id can be reused). They hold no strong reference to the root.
+# Held hooks by id(root). They hold no strong reference to the root: a weakref.finalize on the root
+# queues its entry in `_collected` when the root is collected, and the next `hold_hooks`,
+# `release_hooks` or `held_hooks` releases it (`_drain`) before anything else. The finalizer only
+# appends: it runs wherever the garbage collector runs, possibly while this thread holds `_lock` or
+# the interception lock, so taking either there would deadlock.
 _held: dict[int, HeldHooks] = {}
+_collected: list[tuple[int, HeldHooks]] = []
 _lock = threading.Lock()
 
 
@@ -59,6 +63,7 @@ def hold_hooks(
     """Start `session` (a capturing forward of `root` recording `keys` of its own map's tasks, nested
     maps followed) on the held hooks when they still fit, else on new ones, held from now on.
     Call `finish(session)` on the result when the forward ends."""
+    _drain()
     key = (tasks, tuple(keys))
     with _lock:
         held = _held.get(id(root))
@@ -75,7 +80,7 @@ def hold_hooks(
         # Hooks on the root itself would keep it alive: not held, removed when this forward finishes.
         held.released = True
         return held
-    held.finalizer = weakref.finalize(root, _forget, id(root))
+    held.finalizer = weakref.finalize(root, _collected.append, (id(root), held))
     with _lock:
         previous = _held.get(id(root))
         _held[id(root)] = held
@@ -89,13 +94,25 @@ def release_hooks(model: nn.Module) -> None:
 
     Capturing forwards running now keep recording; the last of them removes the hooks.
     """
+    _drain()
     if _held:
         _forget(id(model))
 
 
 def held_hooks(model: nn.Module) -> bool:
     """Whether `model` keeps hooks from a capturing forward (for tests and diagnostics)."""
+    _drain()
     return id(model) in _held
+
+
+def _drain() -> None:
+    """Release the held hooks of roots collected since the last call (see `_collected`)."""
+    while _collected:
+        key, held = _collected.pop()
+        with _lock:
+            if _held.get(key) is held:
+                del _held[key]
+        _release(held)
 
 
 def _forget(key: int) -> None:
