@@ -12,10 +12,11 @@ EXIT_BROKEN_PIPE = 141
 
 
 def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number of bytes")
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
     return value

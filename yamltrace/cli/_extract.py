@@ -15,21 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import YamltraceError
-from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, positive_int
 
 __all__ = ["add_extract"]
 
 BUILTIN = "builtin:"
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
-    return value
 
 
 class _Usage(Exception):
@@ -197,10 +187,10 @@ def add_extract(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     parser.add_argument("--split", metavar="S", help="the --dataset split (train, validation, ...)")
     parser.add_argument("--text-field", default="text", metavar="NAME", help="the field or column holding the text (default: text)")
     parser.add_argument("--tokenizer", required=True, metavar="DIR", help="a folder a transformers tokenizer was saved to")
-    parser.add_argument("--max-length", type=_positive, required=True, metavar="N", help="pad or truncate every text to N tokens")
-    parser.add_argument("--batch-size", type=_positive, default=8, metavar="B", help="texts per forward (default: 8)")
+    parser.add_argument("--max-length", type=positive_int, required=True, metavar="N", help="pad or truncate every text to N tokens")
+    parser.add_argument("--batch-size", type=positive_int, default=8, metavar="B", help="texts per forward (default: 8)")
     parser.add_argument("--out", required=True, metavar="DIR", help="the output folder")
-    parser.add_argument("--shard-mb", type=_positive, default=256, metavar="MB", help="close a shard past this many MiB (default: 256; memory holds about 3 shards)")
+    parser.add_argument("--shard-mb", type=positive_int, default=256, metavar="MB", help="close a shard past this many MiB (default: 256; memory holds about 3 shards)")
     parser.add_argument("--no-resume", action="store_true", help="refuse a folder that already holds an extraction (default: continue it)")
     parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
     parser.set_defaults(run=_run_extract)
