@@ -3,14 +3,19 @@
 Generic shrinking rebuilds the class's default config (and each of its sub-configs) with small sizes:
 two layers, hidden size 32, four heads, few experts, 32-pixel images, short audio. Sizes are only
 lowered, never raised. Fields derived from others (per-layer type lists) are dropped so the config
-derives them again. The vocabulary stays large enough to hold every special token id the config
-names, so multimodal placeholder tokens keep their meaning. Families where that is not enough get
-explicit overrides in `OVERRIDES` (applied to the config, or to any sub-config, of that model type).
+derives them again, unless the re-derived pattern loses a kind of layer the full model has; other
+per-layer lists and layer-indexed dicts follow the lowered layer count. Fields some defaults leave
+None but their models read as numbers are filled (`FILL`); multimodal rotary sections, Mamba head
+widths and feature-layer indices are fitted to the small sizes. The vocabulary stays large enough
+to hold every special token id the config names, so multimodal placeholder tokens keep their
+meaning. Families where that is not enough get explicit overrides in `OVERRIDES` (applied to the
+config, or to any sub-config, of that model type).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any
 
 __all__ = ["tiny_config", "LEVELS", "SIZES", "OVERRIDES"]
@@ -37,13 +42,21 @@ SIZES: dict[str, int] = {
     "num_key_value_heads": 2,
     "head_dim": HIDDEN // HEADS,
     "d_kv": HIDDEN // HEADS,
-    **dict.fromkeys(("num_experts", "n_routed_experts", "num_local_experts"), 4),
-    "num_experts_per_tok": 2,
+    **dict.fromkeys(("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"), 4),
+    **dict.fromkeys(("num_experts_per_tok", "num_experts_per_token", "moe_k"), 2),
+    **dict.fromkeys(("n_group", "num_expert_group"), 2),
+    "topk_group": 1,
+    **dict.fromkeys(("first_k_dense_replace", "num_dense_layers"), 1),  # one dense layer, then MoE layers
+    "mamba_n_heads": 4,
+    "mamba_d_head": 16,
+    "mamba_d_ssm": 64,
+    "mamba_d_state": 16,
     "kv_lora_rank": 16,
     "q_lora_rank": 16,
     "qk_nope_head_dim": 8,
     "qk_rope_head_dim": 8,
     "v_head_dim": 8,
+    "qk_head_dim": 16,  # qk_nope_head_dim + qk_rope_head_dim
     "projection_dim": 16,
     "projection_size": HIDDEN,
     "image_size": 32,
@@ -52,12 +65,20 @@ SIZES: dict[str, int] = {
     "max_target_positions": 64,
     "n_positions": 64,
     "word_embed_proj_dim": HIDDEN,
+    "upsample_groups": HIDDEN,  # grouped convolutions over the (lowered) hidden size
+}
+
+# Fields that some configs leave None (and their models read as-is) -> the value they get: `None` lets
+# `_fill` derive it (head_dim = hidden // heads; MLA keeps one key/value head per query head).
+FILL: dict[str, Any] = {
+    "head_dim": None, "num_key_value_heads": None, "vocab_size": 99,
+    "num_experts_per_tok": 2, "n_routed_experts": 4,
 }
 
 # Fields recomputed from the others when absent.
 DERIVED = (
     "layer_types", "mlp_layer_types", "transformers_version", "architectures", "_name_or_path", "out_features",
-    "out_indices", "stage_names",
+    "out_indices", "stage_names", "feature_size", "image_embedding_size",
 )
 # The fields the "layers" level lowers (the fallback when shrinking every size fails).
 LAYER_FIELDS = frozenset(name for name, value in SIZES.items() if value == LAYERS)
@@ -67,6 +88,40 @@ LEVELS = ("small", "layers")
 OVERRIDES: dict[str, dict[str, Any]] = {
     "deepseek_v3": {"first_k_dense_replace": 1, "n_group": 2, "topk_group": 1},
     "t5": {"decoder_start_token_id": 0},  # what T5's checkpoints set; heads shift input_ids with it
+    # Defaults that name no rotary parameters per layer type (checkpoints do).
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},  # no default layer pattern
+    "esmc": {"num_key_value_heads": None},  # no grouped-query attention (None: as many as query heads)
+    "xmod": {"default_language": "en_XX"},  # adapters need a language
+    # Time series: no default horizon; a short context and few lags keep the series short.
+    **{
+        family: {"prediction_length": 4, "context_length": 8, "lags_sequence": [1, 2, 3], "num_time_features": 1}
+        for family in ("time_series_transformer", "informer")
+    },
+    "autoformer": {
+        "prediction_length": 4, "context_length": 8, "lags_sequence": [1, 2, 3], "num_time_features": 1,
+        "label_length": 4,  # the decoder starts from the context's last `label_length` steps
+    },
+    "mistral4": {"head_dim": 16},  # half of it rotates (rope partial_rotary_factor 0.5): qk_rope_head_dim 8
+    # Class embeddings of image patches are compared with projected text queries: one width for both.
+    **{family: {"projection_dim": HIDDEN} for family in ("owlvit", "owlv2")},
+    # The image encoder's neck feeds the prompt/mask decoders, whose width is the (lowered) hidden size.
+    **{
+        family: {"output_channels": HIDDEN, "num_pos_feats": HIDDEN // 2}
+        for family in ("sam_vision_model", "sam_hq_vision_model")
+    },
+    "bridgetower_vision_model": {"hidden_size": 64},  # one attention head per 64 channels
+    "gemma3n_text": {"num_kv_shared_layers": 0},  # the default shares the cache of layers a 2-layer model lacks
+    # Its indexed-attention layers need an indexer budget the default leaves unset: linear attention only.
+    "qwen4_exp_text": {"layer_types": ["linear_attention", "linear_attention"]},
+    # Text-line recognisers pool the image height away: a 48 (mobile: 96) x 320 line.
+    **{family: {"image_size": [48, 320]} for family in ("pp_ocrv5_server_rec", "pp_ocrv6_small_rec")},
+    "pp_ocrv5_mobile_rec": {"image_size": [96, 320]},
+    # Hybrid and sparse layer patterns whose first two layers are all of one kind: one layer of each.
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
+    "mllama_text_model": {"cross_attention_layers": [1]},
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    "layoutlmv3": {"coordinate_size": 4, "shape_size": 8},  # 4 coordinates + 2 sizes = hidden size 32
 }
 
 
@@ -77,27 +132,178 @@ def _special_token_ids(values: dict[str, Any]) -> list[int]:
     ]
 
 
-def _shrunk(config: Any, level: str) -> Any:
+def _layer_count(values: dict[str, Any]) -> int | None:
+    counts = [v for k, v in values.items() if k in LAYER_FIELDS and isinstance(v, int) and not isinstance(v, bool)]
+    return max(counts) if counts else None
+
+
+def _pick(items: list[Any], count: int) -> list[Any]:
+    """`count` entries of a per-layer list, in order, covering as many distinct values as fit (so a
+    hybrid model keeps one layer of each kind rather than its first two layers of the same kind)."""
+    firsts: dict[Any, int] = {}
+    for index, item in enumerate(items):
+        firsts.setdefault(repr(item), index)
+    chosen = sorted(firsts.values())[:count]
+    chosen += [i for i in range(len(items)) if i not in chosen][: count - len(chosen)]
+    return [items[i] for i in sorted(chosen)]
+
+
+def _lowered(key: str, value: Any) -> Any:
+    target = SIZES.get(key)
+    if target is None and key.endswith("_hidden_size"):
+        target = HIDDEN  # another tower's width, named where this one must match it (e.g. `text_hidden_size`)
+    if target is not None and isinstance(value, int) and not isinstance(value, bool) and value > target:
+        return target
+    if target is not None and isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return [min(v, target) for v in value]  # e.g. image_size [800, 1333]
+    return value
+
+
+def _index(key: Any) -> int | None:
+    """A layer index written as a dict key (`5` or `"05"`), else None."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    return int(key) if isinstance(key, str) and key.isdigit() else None
+
+
+def _per_layer(values: dict[str, Any], before: int | None, after: int | None, level: str) -> None:
+    """Per-layer fields follow the lowered layer count: lists as long as the old count keep `after`
+    entries (see `_pick`; sizes in them are lowered too), dicts keyed by layer index keep their first
+    entry, moved to the last remaining layer."""
+    if not before or not after or before <= after:
+        return
+    for key, value in list(values.items()):
+        if isinstance(value, list) and len(value) == before and key not in LAYER_FIELDS:
+            picked = _pick(value, after)
+            values[key] = [_lowered(key, v) for v in picked] if level == "small" else picked
+        elif isinstance(value, dict) and value and all(_index(k) is not None for k in value):
+            if max(_index(k) for k in value) < after:
+                continue
+            first = value[min(value, key=_index)]
+            if isinstance(first, dict) and level == "small":
+                first = {k: _lowered(k, v) for k, v in first.items()}
+            values[key] = {after - 1: first}
+
+
+def _feature_layers(values: dict[str, Any], layers: int | None) -> None:
+    """Non-negative layer indices a multimodal config reads features from, kept inside the lowered count."""
+    if not layers:
+        return
+    for key, value in list(values.items()):
+        if "feature_layer" not in key:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= layers:
+            values[key] = layers - 1
+        elif isinstance(value, list) and all(isinstance(v, int) for v in value):
+            values[key] = [min(v, layers - 1) if v >= 0 else v for v in value]
+
+
+def _mrope(values: dict[str, Any], default: list[int] | None) -> None:
+    """Multimodal rotary sections (Qwen2-VL style) rescaled to sum to half the rotated head width;
+    `default` is the section list the modeling code falls back on when the config names none."""
+    rope = values.get("rope_parameters")
+    if not isinstance(rope, dict):
+        return
+    if default and "mrope_section" not in rope and isinstance(values.get("num_attention_heads"), int):
+        rope["mrope_section"] = list(default)
+    for params in [rope, *(v for v in rope.values() if isinstance(v, dict))]:
+        sections = params.get("mrope_section")
+        head = values.get("head_dim") or (
+            values.get("hidden_size", 0) // max(1, values.get("num_attention_heads") or 1)
+        )
+        if not isinstance(sections, list) or not head:
+            continue
+        factor = params.get("partial_rotary_factor", values.get("partial_rotary_factor")) or 1.0
+        half = int(head * factor) // 2
+        total = sum(sections)
+        if total <= half or not half:
+            continue
+        scaled = [max(1, s * half // total) for s in sections]
+        while sum(scaled) > half:
+            scaled[scaled.index(max(scaled))] -= 1
+        scaled[0] += half - sum(scaled)
+        if len(scaled) == 3 and sections[0] == sections[1]:  # equal height and width sections stay equal
+            scaled = [min(scaled[:2])] * 2 + [half - 2 * min(scaled[:2])]
+        params["mrope_section"] = scaled
+
+
+def _mamba(values: dict[str, Any]) -> None:
+    """Mamba heads that tile the state-space width: d_head = (d_ssm or expand * hidden) // n_heads."""
+    heads, hidden = values.get("mamba_n_heads"), values.get("hidden_size")
+    if not (isinstance(heads, int) and isinstance(values.get("mamba_d_head"), int) and isinstance(hidden, int)):
+        return
+    width = values.get("mamba_d_ssm") or (values.get("mamba_expand") or 2) * hidden
+    values["mamba_d_head"] = width // heads
+
+
+def _fill(values: dict[str, Any]) -> None:
+    """Fields a config leaves None but its model reads as a number (see FILL)."""
+    heads = values.get("num_attention_heads")
+    for key, value in FILL.items():
+        if key not in values or values[key] is not None:
+            continue
+        if key == "head_dim" and isinstance(heads, int) and isinstance(values.get("hidden_size"), int):
+            values[key] = values["hidden_size"] // heads
+        elif key == "num_key_value_heads" and isinstance(heads, int):
+            values[key] = heads
+        elif value is not None:
+            values[key] = value
+
+
+def _shrunk(config: Any, level: str, mrope: list[int] | None = None) -> Any:
     """A copy of `config` (a PreTrainedConfig) with small sizes; sub-configs shrunk the same way.
 
-    `level` "small" lowers every field of SIZES; "layers" only the layer counts (widths stay)."""
-    values = {k: v for k, v in config.to_dict().items() if k not in DERIVED}
+    `level` "small" lowers every field of SIZES; "layers" only the layer counts (widths stay).
+    Per-layer lists follow the layer count; `layer_types` is dropped so the config derives it again,
+    or (configs that do not derive it) picked like the other per-layer lists."""
+    everything = config.to_dict()
+    values = {k: v for k, v in everything.items() if k not in DERIVED}
+    before = _layer_count(values)
     for key, value in list(values.items()):
-        target = SIZES.get(key) if level == "small" or key in LAYER_FIELDS else None
-        if target is not None and isinstance(value, int) and not isinstance(value, bool) and value > target:
-            values[key] = target
+        if level == "small" or key in LAYER_FIELDS:
+            values[key] = _lowered(key, value)
+    _per_layer(values, before, _layer_count(values), level)
+    _feature_layers(values, _layer_count(values))
     for name in getattr(config, "sub_configs", {}) or {}:
         sub = getattr(config, name, None)
         if sub is not None and hasattr(sub, "to_dict"):
-            values[name] = _shrunk(sub, level)
+            values[name] = _shrunk(sub, level, mrope)
     if level == "small" and isinstance(values.get("vocab_size"), int):
         values["vocab_size"] = max([99, *(i + 1 for i in _special_token_ids(values))])
+    _fill(values)
     if values.get("kv_lora_rank") and isinstance(values.get("num_attention_heads"), int):
         values["num_key_value_heads"] = values["num_attention_heads"]  # multi-head latent attention: no groups
     if "pad_token_id" in values and values["pad_token_id"] is None:
         values["pad_token_id"] = 0  # sequence classification heads need one for batches > 1
-    values.update(OVERRIDES.get(getattr(config, "model_type", None), {}))
-    return type(config)(**values)
+    if "use_cache" in values:
+        values["use_cache"] = False  # a cache is not compared; hybrid (linear attention) caches refuse some calls
+    _mrope(values, mrope)
+    _mamba(values)
+    overrides = OVERRIDES.get(getattr(config, "model_type", None), {})
+    values.update(overrides)
+    try:
+        shrunk = type(config)(**values)
+    except Exception:  # noqa: BLE001 - any validator's error: the per-layer fallback below is tried next
+        shrunk = None
+    # Layer kinds: the re-derived pattern, unless it lost a kind the full model has (a 2-layer Qwen3.5
+    # derives two linear-attention layers; its full-attention layer is picked back).
+    kinds = [
+        k for k in ("layer_types", "mlp_layer_types") if isinstance(everything.get(k), list) and k not in overrides
+    ]
+    kept = {k: everything[k] for k in kinds}
+    _per_layer(kept, before, _layer_count(values), level)
+    if shrunk is not None and all(_kinds(getattr(shrunk, k, None)) >= _kinds(kept[k]) for k in kinds):
+        return shrunk
+    try:
+        return type(config)(**{**values, **kept})
+    except Exception:  # the re-derived config stands when the picked kinds do not validate
+        if shrunk is None:
+            raise
+        return shrunk
+
+
+def _kinds(items: Any) -> set[str]:
+    return {repr(item) for item in items} if isinstance(items, list) else set()
 
 
 def _set_eager(config: Any) -> None:
@@ -129,6 +335,22 @@ def _widest(config: Any) -> int:
     return max(widths, default=0)
 
 
+def _mrope_default(model_cls: type) -> list[int] | None:
+    """The rotary sections the class's modeling code splits by when the config names none."""
+    import re
+    import sys
+
+    module = sys.modules.get(model_cls.__module__)
+    try:
+        source = inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        return None
+    if "split(self.mrope_section" not in source and "inv_freq_3d" not in source:  # split or 3-D (ERNIE) sections
+        return None
+    found = re.search(r'get\("mrope_section", \[([0-9, ]+)\]\)', source)
+    return [int(x) for x in found.group(1).split(",")] if found else None
+
+
 def tiny_config(model_cls: type, level: str = "small") -> Any:
     """A small config for `model_cls` (its `config_class`, shrunk at `level`), eager attention everywhere."""
     config_cls = model_cls.config_class
@@ -137,7 +359,7 @@ def tiny_config(model_cls: type, level: str = "small") -> Any:
     default = config_cls()
     if level == "layers" and _widest(default) > MAX_FALLBACK_WIDTH:
         raise ValueError(f"too wide to build with only its layer counts lowered (width {_widest(default)})")
-    config = _shrunk(default, level)
+    config = _shrunk(default, level, _mrope_default(model_cls))
     for key, value in CLASS_OVERRIDES.get(model_cls.__name__, {}).items():
         setattr(config, key, value)
     _set_eager(config)

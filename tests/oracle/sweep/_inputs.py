@@ -2,7 +2,11 @@
 
 Token ids avoid every special token id the config names (a stray image placeholder would make a
 multimodal model look for image features). Encoder-decoders also get `decoder_input_ids`.
-Everything is drawn from fixed-seed generators, so two calls give equal tensors.
+Beyond ids, pixels, audio and spectrograms: encoder stacks (`hidden_states`), clips
+(`pixel_values_videos`, 5-D pixels), Qwen2-VL style flattened patches with their `grid_thw`,
+SigLIP 2 patches with `spatial_shapes`, time series (`past_values` and time features), layout
+boxes (`bbox`) and pre-training patch masks. Everything is drawn from fixed-seed generators, so
+two calls give equal tensors.
 """
 
 from __future__ import annotations
@@ -20,10 +24,7 @@ SEQ = 7
 
 def forward_parameters(model: Any) -> set[str]:
     """The parameter names of the model's forward code (under its decorators)."""
-    forward = type(model).forward
-    while hasattr(forward, "__wrapped__"):
-        forward = forward.__wrapped__
-    return set(inspect.signature(forward).parameters)
+    return set(_signature(model).parameters)
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -72,13 +73,133 @@ def input_features(config: Any, seed: int = 4) -> torch.Tensor:
     mel = getattr(config, "num_mel_bins", None)
     if mel is not None and getattr(config, "max_source_positions", None):
         return torch.randn(BATCH, mel, 2 * config.max_source_positions, generator=_generator(seed))
-    features = getattr(config, "input_feat_per_channel", None) or getattr(config, "feature_size", None) or 80
+    features = (
+        getattr(config, "feature_projection_input_dim", None)  # stacked frames (Wav2Vec2-BERT, SeamlessM4T)
+        or getattr(config, "input_feat_per_channel", None) or getattr(config, "feature_size", None) or 80
+    )
     channels = getattr(config, "input_channels", 1)
     return torch.randn(BATCH, 64, features * channels, generator=_generator(seed))
 
 
-def input_values(config: Any, seed: int = 5) -> torch.Tensor:
-    return torch.randn(BATCH, 1600, generator=_generator(seed))
+def input_values(config: Any, seed: int = 5, length: int = 1600) -> torch.Tensor:
+    return torch.randn(BATCH, length, generator=_generator(seed))
+
+
+def _width(config: Any) -> int:
+    for name in ("hidden_size", "d_model", "embed_dim", "n_embd"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return 32
+
+
+def hidden_states(config: Any, seed: int = 7) -> torch.Tensor:
+    """What an encoder stack takes: (batch, channels, 8, 8) for a conv stack (`hidden_sizes`), else
+    (batch, seq, width), the width being the encoder's `input_dim` where it names one."""
+    sizes = getattr(config, "hidden_sizes", None)
+    if isinstance(sizes, (list, tuple)) and sizes:
+        return torch.randn(BATCH, sizes[0], 8, 8, generator=_generator(seed))
+    width = getattr(config, "input_dim", None)
+    width = width if isinstance(width, int) else _width(config)
+    return torch.randn(BATCH, SEQ, width, generator=_generator(seed))
+
+
+def conv_input(model: Any, seed: int = 7) -> torch.Tensor | None:
+    """(batch, channels, side, side) for a stack whose first layer is a 2-D convolution (an image
+    backbone or a conv neck taking feature maps): 32 pixels for 1-4 channels, else an 8 x 8 map."""
+    first = next((m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))), None)
+    if not isinstance(first, torch.nn.Conv2d):
+        return None
+    side = 32 if first.in_channels <= 4 else 8
+    return torch.randn(BATCH, first.in_channels, side, side, generator=_generator(seed))
+
+
+def inputs_embeds(config: Any, seed: int = 8) -> torch.Tensor:
+    """(batch, seq, width); a time-series encoder embeds its lagged features itself (`feature_size` wide)."""
+    if getattr(config, "lags_sequence", None):  # at most the horizon: a decoder's positions follow the context
+        return torch.randn(BATCH, min(SEQ, config.prediction_length), config.feature_size, generator=_generator(seed))
+    return torch.randn(BATCH, SEQ, _width(config), generator=_generator(seed))
+
+
+def video(config: Any, seed: int = 9) -> torch.Tensor:
+    """(batch, frames, channels, height, width)."""
+    vision = _vision(config)
+    frames = getattr(vision, "num_frames", None) or getattr(vision, "frames_per_clip", None) or 4
+    return pixel_values(config, seed).unsqueeze(1).expand(-1, frames, -1, -1, -1).contiguous() + torch.randn(
+        BATCH, frames, 1, 1, 1, generator=_generator(seed + 1)
+    )
+
+
+def time_series(config: Any, parameters: set[str], seed: int = 10) -> dict[str, torch.Tensor]:
+    """Past (and future) values with their time features for the time-series transformers."""
+    lags = getattr(config, "lags_sequence", None) or [0]
+    past = (getattr(config, "context_length", None) or 32) + max(lags)
+    future = getattr(config, "horizon_length", None) or getattr(config, "prediction_length", None) or 4
+    features = getattr(config, "num_time_features", 0) or 0
+    g = _generator(seed)
+    inputs = {"past_values": torch.randn(BATCH, past, generator=g)}
+    extra = {
+        "past_time_features": torch.randn(BATCH, past, features, generator=g),
+        "past_observed_mask": torch.ones(BATCH, past),
+        "future_values": torch.randn(BATCH, future, generator=g),
+        "future_time_features": torch.randn(BATCH, future, features, generator=g),
+        "past_values_padding": torch.zeros(BATCH, past),
+        "freq": torch.zeros(BATCH, 1, dtype=torch.long),
+    }
+    inputs.update({k: v for k, v in extra.items() if k in parameters and (features or "time_features" not in k)})
+    return inputs
+
+
+def grid_patches(config: Any, parameters: list[str], seed: int = 11) -> dict[str, torch.Tensor]:
+    """Flattened patches and their (frames, height, width) grid for a Qwen2-VL style vision tower:
+    one image per batch entry, 2 x 2 merged patches each."""
+    merge = getattr(config, "spatial_merge_size", None) or getattr(config, "merge_size", None) or 1
+    temporal = getattr(config, "temporal_patch_size", None) or 1
+    channels = getattr(config, "in_channels", None) or getattr(config, "num_channels", None) or 3
+    patch = getattr(config, "patch_size", 8)
+    grid = torch.tensor([[1, 2 * merge, 2 * merge]] * BATCH)
+    count = int(grid.prod(-1).sum())
+    first, grid_name = parameters[0], next(n for n in parameters if n.endswith("grid_thw"))
+    inputs = {
+        first: torch.randn(count, channels * temporal * patch * patch, generator=_generator(seed)),
+        grid_name: grid,
+    }
+    if "merge_sizes" in parameters:
+        inputs["merge_sizes"] = torch.tensor([merge] * BATCH)
+    return inputs
+
+
+def flat_patches(config: Any, seed: int = 13) -> dict[str, torch.Tensor]:
+    """NaFlex-style (SigLIP 2) pixels: (batch, patches, channels * patch * patch), their (rows, columns)
+    and a mask with every patch valid."""
+    vision = _vision(config)
+    patch, channels = getattr(vision, "patch_size", 8), getattr(vision, "num_channels", 3)
+    side = max(1, int((getattr(vision, "num_patches", 16) or 16) ** 0.5))
+    return {
+        "pixel_values": torch.randn(BATCH, side * side, channels * patch * patch, generator=_generator(seed)),
+        "spatial_shapes": torch.tensor([[side, side]] * BATCH),
+        "pixel_attention_mask": torch.ones(BATCH, side * side, dtype=torch.long),
+    }
+
+
+def spectrogram(model: Any, mel: int, frames: int = 64, seed: int = 4) -> torch.Tensor:
+    """(batch, mel, frames) when a 1-D convolution reads the mel bins as channels (Whisper style),
+    else (batch, frames, mel)."""
+    channels_first = any(isinstance(m, torch.nn.Conv1d) and m.in_channels == mel for m in model.modules())
+    shape = (BATCH, mel, frames) if channels_first else (BATCH, frames, mel)
+    return torch.randn(*shape, generator=_generator(seed))
+
+
+def bbox(config: Any, seed: int = 12) -> torch.Tensor:
+    """(batch, seq, 4) boxes with x0 <= x1 and y0 <= y1: integer coordinates below the 2-D position
+    table, or (batch, seq, `dim_bbox`) normalised floats where the config names `dim_bbox` (BROS)."""
+    g = _generator(seed)
+    width = getattr(config, "dim_bbox", None)
+    if width:
+        return torch.rand(BATCH, SEQ, width, generator=g)
+    top = min(getattr(config, "max_2d_position_embeddings", 1024) or 1024, 1000) - 1
+    corners = torch.randint(0, top + 1, (BATCH, SEQ, 2, 2), generator=g).sort(dim=2).values
+    return corners.reshape(BATCH, SEQ, 4)  # (x0, y0, x1, y1)
 
 
 BUILDERS = {
@@ -86,21 +207,48 @@ BUILDERS = {
     "pixel_values": pixel_values,
     "input_features": input_features,
     "input_values": input_values,
+    "pixel_values_videos": video,
+    "hidden_states": hidden_states,
+    "inputs_embeds": inputs_embeds,
+    "image": pixel_values,  # BridgeTower's vision tower
 }
 
 
 def build_inputs(model: Any) -> dict[str, Any]:
-    """Keyword inputs for one forward of `model`: its main input, decoder ids for encoder-decoders,
-    pixels for dual encoders, `use_cache=False` where the forward takes it."""
+    """Keyword inputs for one forward of `model`: its main input (shaped for the modality, see
+    `_main_input`), decoder ids for encoder-decoders, pixels for dual encoders, the extra inputs its
+    forward requires (boxes, patch masks, image masks), `use_cache=False` where the forward takes it.
+    Qwen2-VL style vision towers and time-series models get their whole input set from one builder."""
     config = model.config
     parameters = forward_parameters(model)
+    ordered = list(_signature(model).parameters)[1:]
+    if any(name.endswith("grid_thw") for name in ordered[:3]) and ordered[0] in ("hidden_states", "pixel_values"):
+        return grid_patches(config, ordered)
+    if "past_values" in parameters:
+        return time_series(config, parameters)
     main = getattr(type(model), "main_input_name", "input_ids")
     if main not in BUILDERS or main not in parameters:
         main = next((name for name in BUILDERS if name in parameters), main)
     if main not in BUILDERS:
         raise NotImplementedError(f"no input builder for main input {main!r}")
-    inputs = {main: BUILDERS[main](config)}
     name = type(model).__name__
+    inputs = {main: _main_input(model, main)}
+    if "feature_lens" in parameters and main == "input_features" and getattr(config, "num_mel_bins", None):
+        frames = 64  # Qwen-Omni audio towers: the batch packed along time, (mel, batch * frames), with lengths
+        inputs[main] = torch.randn(config.num_mel_bins, BATCH * frames, generator=_generator(4))
+        inputs["feature_lens"] = torch.tensor([frames] * BATCH)
+        if "aftercnn_lens" in parameters:
+            inputs["aftercnn_lens"] = torch.tensor([(frames - 1) // 2 + 1] * BATCH)
+    if "spatial_shapes" in parameters and "pixel_values" in inputs:
+        inputs.update(flat_patches(config))
+    if "image_attention_mask" in parameters and "pixel_values" in inputs:  # IDEFICS: images per sample
+        inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
+        inputs["image_attention_mask"] = torch.ones(BATCH, inputs[main].shape[-1], 1, dtype=torch.long)
+    required = {n for n, p in _signature(model).parameters.items() if p.default is inspect.Parameter.empty}
+    if "bool_masked_pos" in required:
+        inputs["bool_masked_pos"] = masked_patches(config)
+    if "bbox" in parameters:
+        inputs["bbox"] = bbox(config)
     encoder_decoder = getattr(config, "is_encoder_decoder", False)
     if main == "input_ids":
         if name.endswith("ForMultipleChoice"):
@@ -108,12 +256,76 @@ def build_inputs(model: Any) -> dict[str, Any]:
         if name.endswith("ForSequenceClassification") and encoder_decoder and config.eos_token_id is not None:
             inputs[main][:, -1] = config.eos_token_id  # the head pools at the (one) end-of-sequence token
         if "pixel_values" in parameters and not _placeholder_tokens(config):
-            inputs["pixel_values"] = pixel_values(config)  # a dual encoder (CLIP-like): both towers run
+            inputs["pixel_values"] = video(config) if _is_video(model) else pixel_values(config)  # a dual encoder
     if "use_cache" in parameters:
-        inputs["use_cache"] = False  # a cache is not what is compared; hybrid (linear attention) caches refuse some calls
+        inputs["use_cache"] = False  # a cache is not compared; hybrid (linear attention) caches refuse some calls
     if "decoder_input_ids" in parameters and encoder_decoder and not name.endswith("ForSequenceClassification"):
         inputs["decoder_input_ids"] = token_ids(config, length=5, seed=2)
+    codebooks = getattr(getattr(config, "decoder", None), "num_codebooks", _codebooks(model))
+    if "decoder_input_ids" in parameters and isinstance(codebooks, int) and "musicgen" in type(model).__module__:
+        inputs["decoder_input_ids"] = torch.cat([token_ids(config, 5, seed=2 + i) for i in range(codebooks)])
     return inputs
+
+
+def _main_input(model: Any, main: str) -> torch.Tensor:
+    """The main input, shaped for what the model reads: codec channels, spectrograms (AST, conformer
+    or Whisper-style layouts), longer audio for x-vector heads, clips for video models, one row per
+    codebook for MusicGen."""
+    config, name = model.config, type(model).__name__
+    tensor = BUILDERS[main](config)
+    if main == "hidden_states" and conv_input(model) is not None:
+        tensor = conv_input(model)
+    mel = next(
+        (getattr(c, "num_mel_bins", None) for c in (config, getattr(config, "encoder_config", None),
+         getattr(config, "audio_config", None)) if getattr(c, "num_mel_bins", None)),
+        None,
+    )
+    if main == "input_values" and isinstance(getattr(config, "audio_channels", None), int):
+        tensor = tensor.unsqueeze(1).expand(-1, config.audio_channels, -1).contiguous()  # a codec
+    if main == "input_values" and mel and isinstance(getattr(config, "max_length", None), int):
+        tensor = torch.randn(BATCH, config.max_length, mel, generator=_generator(5))  # a spectrogram (AST)
+    if main == "input_features" and mel and not getattr(config, "max_source_positions", None) and not getattr(
+        getattr(config, "encoder_config", None), "max_source_positions", None
+    ):
+        tensor = spectrogram(model, mel)
+    if main == "input_values" and name.endswith("ForXVector"):
+        tensor = input_values(config, length=16000)  # enough frames for the x-vector TDNN kernels
+    if main == "pixel_values" and _is_video(model):
+        tensor = video(config)
+        if name.startswith("XCLIPVision"):
+            tensor = tensor.flatten(0, 1)  # the vision tower takes frames as the batch
+    codebooks = _codebooks(model)
+    if main == "input_ids" and isinstance(codebooks, int) and "musicgen" in type(model).__module__:
+        tensor = torch.cat([token_ids(config, seed=1 + i) for i in range(codebooks)])  # (batch * codebooks, seq)
+    return tensor
+
+
+def _codebooks(model: Any) -> Any:
+    return getattr(model.config, "num_codebooks", None)
+
+
+def masked_patches(config: Any) -> torch.Tensor:
+    """(batch, patches) with every other patch masked (the same count per row, as pre-training needs)."""
+    size, patch = getattr(config, "image_size", 32), getattr(config, "patch_size", 8)
+    frames = (getattr(config, "num_frames", 1) or 1) // (getattr(config, "tubelet_size", 1) or 1)
+    count = max(1, frames) * (size // patch) ** 2
+    return (torch.arange(count) % 2 == 0).expand(BATCH, -1).contiguous()
+
+
+def _signature(model: Any) -> inspect.Signature:
+    """The signature of the model's forward code (under its decorators)."""
+    forward = type(model).forward
+    while hasattr(forward, "__wrapped__"):
+        forward = forward.__wrapped__
+    return inspect.signature(forward)
+
+
+def _is_video(model: Any) -> bool:
+    """Whether the model's pixels are clips (its vision config counts frames)."""
+    vision = _vision(model.config)
+    return isinstance(getattr(vision, "num_frames", None), int) and (
+        isinstance(getattr(vision, "tubelet_size", None), (int, list, tuple)) or "clip" in type(model).__module__
+    )
 
 
 def _placeholder_tokens(config: Any) -> bool:

@@ -47,6 +47,11 @@ def _family_rows(by_family: dict[str, list[Result]], families: Iterable[str]) ->
     return rows
 
 
+def _stages(results: list[Result]) -> list[tuple[str, int]]:
+    """How many classes stopped at each stage, most first."""
+    return Counter(r.status for r in results if r.status != "compared").most_common()
+
+
 def render(results: list[Result], *, versions: str, import_failures: dict[str, str], seconds: float) -> str:
     """The whole report, as Markdown."""
     t = totals(results)
@@ -115,6 +120,10 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         "",
         "Stage that failed: `config` (tiny config), `model` (construction), `inputs`, `forward` (the reference",
         "forward), `no-output` (the model's own output returns none of its map's keys), `timeout`, `crash`.",
+        "",
+        "| stage | classes |",
+        "|---|---|",
+        *(f"| {stage} | {count} |" for stage, count in _stages(results)),
         "",
         "| class | stage | reason |",
         "|---|---|---|",
