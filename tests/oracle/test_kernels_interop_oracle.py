@@ -123,16 +123,23 @@ def test_the_liger_spec_needs_liger_kernel_imported_to_load():
     assert all("liger_kernel" in issue.message for issue in caught.value.issues)
 
 
-def test_on_cpu_patch_model_skips_the_cuda_entries_and_equals_eager(liger):
+def assert_swaps_the_three_blocks_and_equals_eager(spec) -> None:
+    """patch_model with `spec` on a tiny LlamaModel replaces attention, norms and MLPs by yamltrace's
+    kernels (on CPU) and keeps the last hidden state within 1e-5."""
     from transformers import LlamaModel
 
-    spec = load_spec(LIGER_SPEC, for_model=LlamaModel)
     torch.manual_seed(0)
     model = LlamaModel(config("llama")).eval()
     expected = model(ids()).last_hidden_state
     with patch_model(model, spec) as handle:
         assert {r.replacement for r in handle.replaced} == {SdpaAttention, RMSNorm, GatedMLP}
         torch.testing.assert_close(model(ids()).last_hidden_state, expected, atol=1e-5, rtol=0)
+
+
+def test_on_cpu_patch_model_skips_the_cuda_entries_and_equals_eager(liger):
+    from transformers import LlamaModel
+
+    assert_swaps_the_three_blocks_and_equals_eager(load_spec(LIGER_SPEC, for_model=LlamaModel))
 
 
 def test_apply_patches_selects_the_entries_of_the_device(liger):
@@ -160,10 +167,4 @@ def test_patch_model_cannot_adopt_a_liger_class_and_says_how(liger):
 def test_the_llama_kernels_example_swaps_all_three_and_equals_eager():
     from transformers import LlamaModel
 
-    spec = load_spec(ROOT / "docs" / "specs" / "llama-kernels.yaml", for_model=LlamaModel)
-    torch.manual_seed(0)
-    model = LlamaModel(config("llama")).eval()
-    expected = model(ids()).last_hidden_state
-    with patch_model(model, spec) as handle:
-        assert {r.replacement for r in handle.replaced} == {SdpaAttention, RMSNorm, GatedMLP}
-        torch.testing.assert_close(model(ids()).last_hidden_state, expected, atol=1e-5, rtol=0)
+    assert_swaps_the_three_blocks_and_equals_eager(load_spec(ROOT / "docs" / "specs" / "llama-kernels.yaml", for_model=LlamaModel))
