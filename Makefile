@@ -28,8 +28,12 @@ test: $(VENV)/.test
 bench: $(VENV)/.test
 	$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider
 
-# The architecture sweep over every transformers class that records outputs (~15-20 min on 2 cores).
-fidelity: $(VENV)/.test
+# The architecture sweep over every transformers class that records outputs (~7-10 min on 2 cores).
+$(VENV)/.fidelity: pyproject.toml constraints.txt $(VENV)/.test
+	$(PIP) -e ".[torch,test,fidelity]"
+	touch $@
+
+fidelity: $(VENV)/.fidelity
 	HF_HUB_OFFLINE=1 PYTHONPATH=tests $(BIN)/python -m oracle.sweep --jobs 2 --out docs/fidelity.md
 
 # Instructions per forward under callgrind (docs/performance.md); skipped with a message without valgrind.
