@@ -80,6 +80,8 @@ DERIVED = (
     "layer_types", "mlp_layer_types", "transformers_version", "architectures", "_name_or_path", "out_features",
     "out_indices", "stage_names", "feature_size", "image_embedding_size",
 )
+# Single layer indices besides feature layers (MiniCPM-V's vision merger runs after layer `insert_layer_id`).
+LAYER_INDEX_FIELDS = ("insert_layer_id",)
 # The fields the "layers" level lowers (the fallback when shrinking every size fails).
 LAYER_FIELDS = frozenset(name for name, value in SIZES.items() if value == LAYERS)
 LEVELS = ("small", "layers")
@@ -186,11 +188,12 @@ def _per_layer(values: dict[str, Any], before: int | None, after: int | None, le
 
 
 def _feature_layers(values: dict[str, Any], layers: int | None) -> None:
-    """Non-negative layer indices a multimodal config reads features from, kept inside the lowered count."""
+    """Non-negative layer indices a multimodal config reads features from (or inserts a block after, see
+    `LAYER_INDEX_FIELDS`), kept inside the lowered count."""
     if not layers:
         return
     for key, value in list(values.items()):
-        if "feature_layer" not in key:
+        if "feature_layer" not in key and key not in LAYER_INDEX_FIELDS:
             continue
         if isinstance(value, int) and not isinstance(value, bool) and value >= layers:
             values[key] = layers - 1

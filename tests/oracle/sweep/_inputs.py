@@ -4,7 +4,7 @@ Token ids avoid every special token id the config names (a stray image placehold
 multimodal model look for image features). Encoder-decoders also get `decoder_input_ids`.
 Beyond ids, pixels, audio and spectrograms: encoder stacks (`hidden_states`), clips
 (`pixel_values_videos`, 5-D pixels), Qwen2-VL style flattened patches with their `grid_thw`,
-SigLIP 2 patches with `spatial_shapes`, time series (`past_values` and time features), layout
+SigLIP 2 patches with `spatial_shapes`, NaViT-packed patch strips with `target_sizes`, time series (`past_values` and time features), layout
 boxes (`bbox`) and pre-training patch masks. Everything is drawn from fixed-seed generators, so
 two calls give equal tensors.
 """
@@ -182,6 +182,17 @@ def flat_patches(config: Any, seed: int = 13) -> dict[str, torch.Tensor]:
     }
 
 
+def packed_patches(config: Any, seed: int = 14) -> dict[str, torch.Tensor]:
+    """NaViT-packed (MiniCPM-V) pixels: every image's patches side by side in one
+    (1, channels, patch, patch * patches) strip, with each image's (rows, columns) in patches.
+    One full-size image per batch entry (a square grid of `image_size // patch_size` patches a side)."""
+    vision = _vision(config)
+    patch, channels = getattr(vision, "patch_size", 8), getattr(vision, "num_channels", 3)
+    side = max(1, getattr(vision, "image_size", 32) // patch)
+    strip = torch.randn(1, channels, patch, patch * side * side * BATCH, generator=_generator(seed))
+    return {"pixel_values": strip, "target_sizes": torch.tensor([[side, side]] * BATCH)}
+
+
 def spectrogram(model: Any, mel: int, frames: int = 64, seed: int = 4) -> torch.Tensor:
     """(batch, mel, frames) when a 1-D convolution reads the mel bins as channels (Whisper style),
     else (batch, frames, mel)."""
@@ -241,6 +252,8 @@ def build_inputs(model: Any) -> dict[str, Any]:
             inputs["aftercnn_lens"] = torch.tensor([(frames - 1) // 2 + 1] * BATCH)
     if "spatial_shapes" in parameters and "pixel_values" in inputs:
         inputs.update(flat_patches(config))
+    if "target_sizes" in parameters and "pixel_values" in inputs:
+        inputs.update(packed_patches(config))
     if "image_attention_mask" in parameters and "pixel_values" in inputs:  # IDEFICS: images per sample
         inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
         inputs["image_attention_mask"] = torch.ones(BATCH, inputs[main].shape[-1], 1, dtype=torch.long)
