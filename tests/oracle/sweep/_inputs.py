@@ -154,7 +154,7 @@ def grid_patches(config: Any, parameters: list[str], seed: int = 11) -> dict[str
     """Flattened patches and their (frames, height, width) grid for a Qwen2-VL style vision tower:
     one image per batch entry, 2 x 2 merged patches each."""
     merge = getattr(config, "spatial_merge_size", None) or getattr(config, "merge_size", None) or 1
-    temporal = getattr(config, "temporal_patch_size", None) or 1
+    temporal = getattr(config, "temporal_patch_size", None) or getattr(config, "patch_temporal", None) or 1
     channels = getattr(config, "in_channels", None) or getattr(config, "num_channels", None) or 3
     patch = getattr(config, "patch_size", 8)
     grid = torch.tensor([[1, 2 * merge, 2 * merge]] * BATCH)
