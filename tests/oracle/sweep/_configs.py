@@ -124,6 +124,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mllama_text_model": {"cross_attention_layers": [1]},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     "layoutlmv3": {"coordinate_size": 4, "shape_size": 8},  # 4 coordinates + 2 sizes = hidden size 32
+    # Image-token vocabularies ship with checkpoints (the default is None, which the model cannot build):
+    # only the placeholder, so the model runs on text and its ids avoid it.
+    **{family: {"vocabulary_map": {"<image>": 98}, "image_token_id": 98} for family in ("chameleon", "emu3")},
 }
 
 
