@@ -128,6 +128,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # only the placeholder, so the model runs on text and its ids avoid it.
     **{family: {"vocabulary_map": {"<image>": 98}, "image_token_id": 98} for family in ("chameleon", "emu3")},
     "janus_vqgan": {"num_patches": 2},  # latent grid side: a 32-pixel image downsampled 4 times (5 levels)
+    "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},  # no default pattern: one layer of each
     # Its rotary embedding always splits by multimodal sections (the checkpoint's four axes: position, width,
     # height, image index); the default names none. One frequency pair per axis fills the half head of 4.
     "hunyuan_vl_text": {
