@@ -129,6 +129,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     **{family: {"vocabulary_map": {"<image>": 98}, "image_token_id": 98} for family in ("chameleon", "emu3")},
     "janus_vqgan": {"num_patches": 2},  # latent grid side: a 32-pixel image downsampled 4 times (5 levels)
     "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},  # no default pattern: one layer of each
+    # Deep-stack projectors: the default maps no vision layer to a language layer, and its spatial targets
+    # are layers 12-21 of the full model.
+    "granite4_vision": {"deepstack_layer_map": [[0, 0]], "spatial_target_layers": [0, 1, 0, 1], "downsample_rate": "1/2"},
     # Its rotary embedding always splits by multimodal sections (the checkpoint's four axes: position, width,
     # height, image index); the default names none. One frequency pair per axis fills the half head of 4.
     "hunyuan_vl_text": {
@@ -327,6 +330,24 @@ def _set_eager(config: Any) -> None:
             _set_eager(sub)
 
 
+# model_type -> `sub_config.field` paths set after the config is built (fields its `__post_init__` derives
+# from the shrunk sizes into values no model accepts).
+POST_OVERRIDES: dict[str, dict[str, Any]] = {
+    "granite4_vision": {"qformer_config.num_attention_heads": 2},  # derived as vision width // 64: 0 heads
+}
+
+
+def _post_overrides(config: Any) -> None:
+    """Apply `POST_OVERRIDES` to `config` and (recursively) to its sub-configs."""
+    for path, value in POST_OVERRIDES.get(getattr(config, "model_type", None), {}).items():
+        owner, _, name = path.rpartition(".")
+        setattr(getattr(config, owner) if owner else config, name, value)
+    for name in getattr(config, "sub_configs", {}) or {}:
+        sub = getattr(config, name, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            _post_overrides(sub)
+
+
 # Class name -> fields set on its root config (classes used standalone in ways the default config does not allow).
 CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     "T5Stack": {"use_cache": False},
@@ -373,6 +394,7 @@ def tiny_config(model_cls: type, level: str = "small") -> Any:
     if level == "layers" and _widest(default) > MAX_FALLBACK_WIDTH:
         raise ValueError(f"too wide to build with only its layer counts lowered (width {_widest(default)})")
     config = _shrunk(default, level, _mrope_default(model_cls))
+    _post_overrides(config)
     for key, value in CLASS_OVERRIDES.get(model_cls.__name__, {}).items():
         setattr(config, key, value)
     _set_eager(config)
