@@ -254,9 +254,6 @@ def build_inputs(model: Any) -> dict[str, Any]:
         inputs.update(flat_patches(config))
     if "target_sizes" in parameters and "pixel_values" in inputs:
         inputs.update(packed_patches(config))
-    if "image_attention_mask" in parameters and "pixel_values" in inputs:  # IDEFICS: images per sample
-        inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
-        inputs["image_attention_mask"] = torch.ones(BATCH, inputs[main].shape[-1], 1, dtype=torch.long)
     required = {n for n, p in _signature(model).parameters.items() if p.default is inspect.Parameter.empty}
     if "bool_masked_pos" in required:
         inputs["bool_masked_pos"] = masked_patches(config)
@@ -270,6 +267,9 @@ def build_inputs(model: Any) -> dict[str, Any]:
             inputs[main][:, -1] = config.eos_token_id  # the head pools at the (one) end-of-sequence token
         if "pixel_values" in parameters and not _placeholder_tokens(config):
             inputs["pixel_values"] = video(config) if _is_video(model) else pixel_values(config)  # a dual encoder
+    if "image_attention_mask" in parameters and "pixel_values" in inputs:  # IDEFICS: images per sample
+        inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
+        inputs["image_attention_mask"] = torch.ones(BATCH, inputs[main].shape[-1], 1, dtype=torch.long)
     if "use_cache" in parameters:
         inputs["use_cache"] = False  # a cache is not compared; hybrid (linear attention) caches refuse some calls
     if "decoder_input_ids" in parameters and encoder_decoder and not name.endswith("ForSequenceClassification"):
