@@ -122,6 +122,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Hybrid and sparse layer patterns whose first two layers are all of one kind: one layer of each.
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
     "mllama_text_model": {"cross_attention_layers": [1]},
+    # Its global encoder's layers and the encoder layers whose states it stacks (indices of the full model).
+    "mllama_vision_model": {"num_global_layers": 2, "intermediate_layers_indices": [0, 1]},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     "layoutlmv3": {"coordinate_size": 4, "shape_size": 8},  # 4 coordinates + 2 sizes = hidden size 32
     # Image-token vocabularies ship with checkpoints (the default is None, which the model cannot build):

@@ -4,7 +4,7 @@ Token ids avoid every special token id the config names (a stray image placehold
 multimodal model look for image features). Encoder-decoders also get `decoder_input_ids`.
 Beyond ids, pixels, audio and spectrograms: encoder stacks (`hidden_states`), clips
 (`pixel_values_videos`, 5-D pixels), Qwen2-VL style flattened patches with their `grid_thw`,
-SigLIP 2 patches with `spatial_shapes`, NaViT-packed patch strips with `target_sizes`, time series (`past_values` and time features), layout
+SigLIP 2 patches with `spatial_shapes`, NaViT-packed patch strips with `target_sizes`, tiled images with aspect ratios, time series (`past_values` and time features), layout
 boxes (`bbox`) and pre-training patch masks. Everything is drawn from fixed-seed generators, so
 two calls give equal tensors.
 """
@@ -193,6 +193,24 @@ def packed_patches(config: Any, seed: int = 14) -> dict[str, torch.Tensor]:
     return {"pixel_values": strip, "target_sizes": torch.tensor([[side, side]] * BATCH)}
 
 
+def tiles(config: Any, seed: int = 15) -> dict[str, torch.Tensor]:
+    """Tiled images (Mllama): (batch, 1 image, max tiles, channels, height, width) pixels, each image's
+    aspect-ratio id (1-based index into `supported_aspect_ratios`) and its valid tiles: the first image
+    fills every tile, the others one tile (the rest is padding, as the processor pads)."""
+    vision = _vision(config)
+    count, ratios = vision.max_num_tiles, [list(r) for r in vision.supported_aspect_ratios]
+    full = next((i for i, (h, w) in enumerate(ratios) if h * w == count), 0)
+    ids = torch.tensor([[full + 1]] + [[ratios.index([1, 1]) + 1]] * (BATCH - 1))
+    mask = torch.zeros(BATCH, 1, count, dtype=torch.long)
+    mask[0] = 1
+    mask[1:, :, 0] = 1
+    image = pixel_values(config, seed)
+    pixels = image[:, None, None].expand(-1, 1, count, -1, -1, -1) + torch.randn(
+        BATCH, 1, count, 1, 1, 1, generator=_generator(seed + 1)
+    )
+    return {"pixel_values": pixels.contiguous(), "aspect_ratio_ids": ids, "aspect_ratio_mask": mask}
+
+
 def spectrogram(model: Any, mel: int, frames: int = 64, seed: int = 4) -> torch.Tensor:
     """(batch, mel, frames) when a 1-D convolution reads the mel bins as channels (Whisper style),
     else (batch, frames, mel)."""
@@ -267,6 +285,8 @@ def build_inputs(model: Any) -> dict[str, Any]:
             inputs[main][:, -1] = config.eos_token_id  # the head pools at the (one) end-of-sequence token
         if "pixel_values" in parameters and not _placeholder_tokens(config):
             inputs["pixel_values"] = video(config) if _is_video(model) else pixel_values(config)  # a dual encoder
+    if "aspect_ratio_ids" in required and "pixel_values" in inputs:
+        inputs.update(tiles(config))
     if "image_attention_mask" in parameters and "pixel_values" in inputs:  # IDEFICS: images per sample
         inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
         inputs["image_attention_mask"] = torch.ones(BATCH, inputs[main].shape[-1], 1, dtype=torch.long)
