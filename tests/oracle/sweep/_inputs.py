@@ -268,10 +268,6 @@ def build_inputs(model: Any) -> dict[str, Any]:
         inputs["feature_lens"] = torch.tensor([frames] * BATCH)
         if "aftercnn_lens" in parameters:
             inputs["aftercnn_lens"] = torch.tensor([(frames - 1) // 2 + 1] * BATCH)
-    if "spatial_shapes" in parameters and "pixel_values" in inputs:
-        inputs.update(flat_patches(config))
-    if "target_sizes" in parameters and "pixel_values" in inputs:
-        inputs.update(packed_patches(config))
     required = {n for n, p in _signature(model).parameters.items() if p.default is inspect.Parameter.empty}
     if "bool_masked_pos" in required:
         inputs["bool_masked_pos"] = masked_patches(config)
@@ -285,6 +281,11 @@ def build_inputs(model: Any) -> dict[str, Any]:
             inputs[main][:, -1] = config.eos_token_id  # the head pools at the (one) end-of-sequence token
         if "pixel_values" in parameters and not _placeholder_tokens(config):
             inputs["pixel_values"] = video(config) if _is_video(model) else pixel_values(config)  # a dual encoder
+    # Pixel layouts, also for the pixels a dual encoder gets above.
+    if "spatial_shapes" in parameters and "pixel_values" in inputs:
+        inputs.update(flat_patches(config))
+    if "target_sizes" in parameters and "pixel_values" in inputs:
+        inputs.update(packed_patches(config))
     if "aspect_ratio_ids" in required and "pixel_values" in inputs:
         inputs.update(tiles(config))
     if "image_attention_mask" in parameters and "pixel_values" in inputs:  # IDEFICS: images per sample
