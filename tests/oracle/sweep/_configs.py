@@ -131,6 +131,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     **{family: {"vocabulary_map": {"<image>": 98}, "image_token_id": 98} for family in ("chameleon", "emu3")},
     "janus_vqgan": {"num_patches": 2},  # latent grid side: a 32-pixel image downsampled 4 times (5 levels)
     "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},  # no default pattern: one layer of each
+    "molmo2_vision": {"num_position_embeddings": 16},  # one per patch: a 32-pixel image of 8-pixel patches
     # Deep-stack projectors: the default maps no vision layer to a language layer, and its spatial targets
     # are layers 12-21 of the full model.
     "granite4_vision": {"deepstack_layer_map": [[0, 0]], "spatial_target_layers": [0, 1, 0, 1], "downsample_rate": "1/2"},

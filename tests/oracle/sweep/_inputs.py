@@ -211,6 +211,34 @@ def tiles(config: Any, seed: int = 15) -> dict[str, torch.Tensor]:
     return {"pixel_values": pixels.contiguous(), "aspect_ratio_ids": ids, "aspect_ratio_mask": mask}
 
 
+def _first_layer(model: Any) -> Any:
+    """The model's first convolution or linear layer (its patch embedding, for a vision tower)."""
+    return next((m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))), None)
+
+
+def _conv_patches(model: Any, inputs: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
+    """Flattened patches reshaped to (patches, channels, patch, patch) where the tower embeds them with a
+    2-D convolution (Kimi-K2.5) rather than a linear layer or a 3-D convolution over a view."""
+    first = _first_layer(model)
+    if isinstance(first, torch.nn.Conv2d):
+        inputs[name] = inputs[name].reshape(inputs[name].shape[0], first.in_channels, *first.kernel_size)
+    return inputs
+
+
+def patch_sequence(model: Any, image: torch.Tensor) -> torch.Tensor:
+    """`image` (batch, channels, height, width) as the (batch, patches, channels * patch * patch) rows a
+    tower embeds with a linear layer (Molmo2), row-major patches, each patch's pixels row-major then
+    channel; `image` unchanged for any other tower."""
+    first, patch = _first_layer(model), getattr(model.config, "patch_size", None)
+    if not (isinstance(first, torch.nn.Linear) and isinstance(patch, int)):
+        return image
+    batch, channels, height, width = image.shape
+    if first.in_features != channels * patch * patch:
+        return image
+    rows = image.reshape(batch, channels, height // patch, patch, width // patch, patch)
+    return rows.permute(0, 2, 4, 3, 5, 1).reshape(batch, (height // patch) * (width // patch), -1)
+
+
 def spectrogram(model: Any, mel: int, frames: int = 64, seed: int = 4) -> torch.Tensor:
     """(batch, mel, frames) when a 1-D convolution reads the mel bins as channels (Whisper style),
     else (batch, frames, mel)."""
@@ -252,7 +280,7 @@ def build_inputs(model: Any) -> dict[str, Any]:
     parameters = forward_parameters(model)
     ordered = list(_signature(model).parameters)[1:]
     if any(name.endswith("grid_thw") for name in ordered[:3]) and ordered[0] in ("hidden_states", "pixel_values"):
-        return grid_patches(config, ordered)
+        return _conv_patches(model, grid_patches(config, ordered), ordered[0])
     if "past_values" in parameters:
         return time_series(config, parameters)
     main = getattr(type(model), "main_input_name", "input_ids")
@@ -324,6 +352,8 @@ def _main_input(model: Any, main: str) -> torch.Tensor:
         tensor = spectrogram(model, mel)
     if main == "input_values" and name.endswith("ForXVector"):
         tensor = input_values(config, length=16000)  # enough frames for the x-vector TDNN kernels
+    if main == "pixel_values" and tensor.dim() == 4:
+        tensor = patch_sequence(model, tensor)
     if main == "pixel_values" and _is_video(model):
         tensor = video(config)
         if name.startswith("XCLIPVision"):
