@@ -239,6 +239,13 @@ def patch_sequence(model: Any, image: torch.Tensor) -> torch.Tensor:
     return rows.permute(0, 2, 4, 3, 5, 1).reshape(batch, (height // patch) * (width // patch), -1)
 
 
+def patch_positions(image_size: int, patch: int) -> torch.Tensor:
+    """(batch, patches, 2) (x, y) grid positions of the row-major patches `patch_sequence` makes (Gemma 4)."""
+    side = image_size // patch
+    rows, columns = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    return torch.stack([columns.flatten(), rows.flatten()], dim=-1).expand(BATCH, -1, -1).contiguous()
+
+
 def spectrogram(model: Any, mel: int, frames: int = 64, seed: int = 4) -> torch.Tensor:
     """(batch, mel, frames) when a 1-D convolution reads the mel bins as channels (Whisper style),
     else (batch, frames, mel)."""
@@ -316,6 +323,8 @@ def build_inputs(model: Any) -> dict[str, Any]:
         inputs.update(packed_patches(config))
     if "aspect_ratio_ids" in required and "pixel_values" in inputs:
         inputs.update(tiles(config))
+    if "pixel_position_ids" in required and "pixel_values" in inputs:
+        inputs["pixel_position_ids"] = patch_positions(getattr(_vision(config), "image_size", 32), config.patch_size)
     if "image_attention_mask" in parameters and "pixel_values" in inputs:  # IDEFICS: images per sample
         inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
         inputs["image_attention_mask"] = torch.ones(BATCH, inputs[main].shape[-1], 1, dtype=torch.long)
