@@ -361,6 +361,9 @@ def _main_input(model: Any, main: str) -> torch.Tensor:
         tensor = spectrogram(model, mel)
     if main == "input_values" and name.endswith("ForXVector"):
         tensor = input_values(config, length=16000)  # enough frames for the x-vector TDNN kernels
+    step = getattr(config, "samples_per_token", None)
+    if main == "input_values" and isinstance(step, int) and step > 0 and tensor.shape[1] % step:
+        tensor = input_values(config, length=-(-tensor.shape[1] // step) * step)  # whole tokens (MuseSpark audio)
     if main == "pixel_values" and tensor.dim() == 4:
         tensor = patch_sequence(model, tensor)
     if main == "pixel_values" and _is_video(model):
