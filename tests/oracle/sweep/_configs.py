@@ -132,6 +132,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "janus_vqgan": {"num_patches": 2},  # latent grid side: a 32-pixel image downsampled 4 times (5 levels)
     "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},  # no default pattern: one layer of each
     "molmo2_vision": {"num_position_embeddings": 16},  # one per patch: a 32-pixel image of 8-pixel patches
+    "unlimited_ocr_text": {"num_key_value_heads": None},  # its eager attention does not repeat grouped key/value heads
     "gemma4_vision": {"pooling_kernel_size": 2},  # pools 2 x 2 patches: four soft tokens from a 4 x 4 grid
     # Deep-stack projectors: the default maps no vision layer to a language layer, and its spatial targets
     # are layers 12-21 of the full model.

@@ -121,6 +121,13 @@ def inputs_embeds(config: Any, seed: int = 8) -> torch.Tensor:
     return torch.randn(BATCH, SEQ, _width(config), generator=_generator(seed))
 
 
+def patch_grid(config: Any, seed: int = 16) -> torch.Tensor:
+    """(batch, width, side, side) patch embeddings of one image, `image_size // patch_size` a side (what
+    a vision encoder fed by another tower's patch embedding takes, Unlimited-OCR)."""
+    side = max(1, getattr(config, "image_size", 32) // getattr(config, "patch_size", 8))
+    return torch.randn(BATCH, _width(config), side, side, generator=_generator(seed))
+
+
 def video(config: Any, seed: int = 9) -> torch.Tensor:
     """(batch, frames, channels, height, width)."""
     vision = _vision(config)
@@ -275,6 +282,7 @@ BUILDERS = {
     "hidden_states": hidden_states,
     "inputs_embeds": inputs_embeds,
     "image": pixel_values,  # BridgeTower's vision tower
+    "patch_embeds": patch_grid,
 }
 
 
@@ -308,6 +316,8 @@ def build_inputs(model: Any) -> dict[str, Any]:
         inputs["bool_masked_pos"] = masked_patches(config)
     if "bbox" in parameters:
         inputs["bbox"] = bbox(config)
+    if "num_patches" in required and main == "inputs_embeds":
+        inputs["num_patches"] = SEQ // 2 + 1  # leading image tokens, then queries (DeepSeek-OCR 2 encoder)
     encoder_decoder = getattr(config, "is_encoder_decoder", False)
     if main == "input_ids":
         if name.endswith("ForMultipleChoice"):
