@@ -287,6 +287,15 @@ BUILDERS = {
 
 
 def build_inputs(model: Any) -> dict[str, Any]:
+    """Keyword inputs for one forward of `model`: the generic ones (`generic_inputs`), or what the
+    class's hook in `_class_inputs.CLASS_INPUTS` makes of them."""
+    from ._class_inputs import CLASS_INPUTS
+
+    hook = CLASS_INPUTS.get(type(model).__name__)
+    return hook(model, lambda: generic_inputs(model)) if hook else generic_inputs(model)
+
+
+def generic_inputs(model: Any) -> dict[str, Any]:
     """Keyword inputs for one forward of `model`: its main input (shaped for the modality, see
     `_main_input`), decoder ids for encoder-decoders, pixels for dual encoders, the extra inputs its
     forward requires (boxes, patch masks, image masks), `use_cache=False` where the forward takes it.

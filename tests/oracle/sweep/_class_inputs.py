@@ -1,0 +1,101 @@
+"""Inputs for classes whose forward takes a layout no generic builder in `_inputs` can infer.
+
+Each hook receives the tiny model and a function returning the generic builders' inputs (which it
+calls when it adjusts them), and returns the inputs its forward really needs, built the way the
+family's processor or parent model builds them. Keyed by class name; `_inputs.build_inputs` calls it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["CLASS_INPUTS"]
+
+BATCH = 2
+Generic = Callable[[], dict[str, Any]]
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _batched_patches(model: Any, generic: Generic) -> dict[str, Any]:
+    """PaddleOCR-VL's vision tower: the VL model packs every image's (channels, patch, patch) patches
+    into one batch entry, (1, patches, channels, patch, patch)."""
+    inputs = generic()
+    inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(0)
+    return inputs
+
+
+def _token_patches(model: Any, generic: Generic) -> dict[str, Any]:
+    """Inkling 2's vision tower: one (patch * merge, patch * merge, channels) block of pixels per
+    language-model image token, and each image's grid counted in such tokens (2 x 2 per image)."""
+    config = model.config
+    merge, patch, channels = config.spatial_merge_size, config.patch_size, config.num_channels
+    grid = torch.tensor([[1, 2, 2]] * BATCH)
+    tokens = int(grid.prod(-1).sum())
+    pixels = torch.rand(tokens, patch * merge, patch * merge, channels, generator=_generator(11)) * 2 - 1
+    return {"pixel_values": pixels, "image_grid_thw": grid}
+
+
+def _mel_as_channels(model: Any, generic: Generic) -> dict[str, Any]:
+    """Gemma 4's audio tower: its input projection assumes as many mel bins as the first subsampling
+    convolution has channels (128 in the checkpoint); 64 frames."""
+    mel = model.config.subsampling_conv_channels[0]
+    inputs = generic()
+    inputs["input_features"] = torch.randn(BATCH, 64, mel, generator=_generator(4))
+    return inputs
+
+
+def _all_valid(model: Any, generic: Generic) -> dict[str, Any]:
+    """Kosmos-2.5's vision encoder: its forward cannot run without a mask (every patch valid here)."""
+    inputs = generic()
+    hidden = inputs["hidden_states"]
+    inputs["attention_mask"] = torch.ones(hidden.shape[:2], dtype=torch.long)
+    return inputs
+
+
+def _dinov3_encoder(model: Any, generic: Generic) -> dict[str, Any]:
+    """DINOv3's encoder stack: the class and register tokens followed by one image's patches, with the
+    rotary (cos, sin) the parent model computes from the pixels."""
+    config = model.config
+    module = importlib.import_module(type(model).__module__)
+    rope = module.DINOv3ViTRopePositionEmbedding(config)
+    size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
+    pixels = torch.randn(BATCH, config.num_channels, size, size, generator=_generator(3))
+    patches = (size // config.patch_size) ** 2
+    tokens = 1 + config.num_register_tokens + patches
+    hidden = torch.randn(BATCH, tokens, config.hidden_size, generator=_generator(7))
+    with torch.no_grad():
+        position_embeddings = rope(pixels)
+    return {"hidden_states": hidden, "position_embeddings": position_embeddings}
+
+
+def _inkling_pixels(model: Any, generic: Generic) -> dict[str, Any]:
+    """Inkling's vision MLP: (patches, temporal patch, patch, patch, channels) pixel blocks."""
+    config = model.config
+    shape = (BATCH * 4, config.temporal_patch_size, config.patch_size, config.patch_size, config.num_channels)
+    return {"pixel_values": torch.randn(*shape, generator=_generator(3))}
+
+
+def _inkling_audio(model: Any, generic: Generic) -> dict[str, Any]:
+    """Inkling's audio embedder: (audios, frames, mel bins) quantised mel values, below `mel_vocab_size`."""
+    config = model.config
+    codes = torch.randint(0, config.mel_vocab_size, (BATCH, 8, config.n_mel_bins), generator=_generator(5))
+    return {"audio_input_ids": codes}
+
+
+CLASS_INPUTS: dict[str, Callable[[Any, Generic], dict[str, Any]]] = {
+    "PaddleOCRVisionModel": _batched_patches,
+    "PaddleOCRVisionTransformer": _batched_patches,
+    "Inkling2VisionModel": _token_patches,
+    "Gemma4AudioModel": _mel_as_channels,
+    "Kosmos2_5VisionEncoder": _all_valid,
+    "DINOv3ViTEncoder": _dinov3_encoder,
+    "InklingVisionModel": _inkling_pixels,
+    "InklingAudioModel": _inkling_audio,
+}
