@@ -283,6 +283,7 @@ BUILDERS = {
     "inputs_embeds": inputs_embeds,
     "image": pixel_values,  # BridgeTower's vision tower
     "patch_embeds": patch_grid,
+    "query_embeds": inputs_embeds,  # a Q-Former's learned queries
 }
 
 
@@ -325,6 +326,9 @@ def generic_inputs(model: Any) -> dict[str, Any]:
         inputs["bool_masked_pos"] = masked_patches(config)
     if "bbox" in parameters:
         inputs["bbox"] = bbox(config)
+    if main == "query_embeds" and "encoder_hidden_states" in parameters:  # the image features queries attend to
+        width = getattr(config, "encoder_hidden_size", None) or _width(config)
+        inputs["encoder_hidden_states"] = torch.randn(BATCH, 2 * SEQ, width, generator=_generator(17))
     if "num_patches" in required and main == "inputs_embeds":
         inputs["num_patches"] = SEQ // 2 + 1  # leading image tokens, then queries (DeepSeek-OCR 2 encoder)
     encoder_decoder = getattr(config, "is_encoder_decoder", False)
