@@ -89,6 +89,21 @@ def _inkling_audio(model: Any, generic: Generic) -> dict[str, Any]:
     return {"audio_input_ids": codes}
 
 
+def _pooled_patches(model: Any, generic: Generic) -> dict[str, Any]:
+    """Molmo2's adapter: two crops' 4 x 4 patch features (its feature layers concatenated) and, per
+    output token, the flat indices of the 2 x 2 patches it pools; the last token has one padding slot
+    (-1), as the processor pads."""
+    config = model.config
+    crops, side = 2, 4
+    width = config.hidden_size * len(config.vision_feature_layer)
+    features = torch.randn(crops, side * side, width, generator=_generator(18))
+    corners = torch.tensor([[0, 1, side, side + 1]])
+    starts = torch.tensor([c * side * side + r * side + col for c in range(crops) for r in (0, 2) for col in (0, 2)])
+    indices = starts[:, None] + corners
+    indices[-1, -1] = -1
+    return {"image_features": features, "pooled_patches_idx": indices}
+
+
 CLASS_INPUTS: dict[str, Callable[[Any, Generic], dict[str, Any]]] = {
     "PaddleOCRVisionModel": _batched_patches,
     "PaddleOCRVisionTransformer": _batched_patches,
@@ -98,4 +113,5 @@ CLASS_INPUTS: dict[str, Callable[[Any, Generic], dict[str, Any]]] = {
     "DINOv3ViTEncoder": _dinov3_encoder,
     "InklingVisionModel": _inkling_pixels,
     "InklingAudioModel": _inkling_audio,
+    "Molmo2Adapter": _pooled_patches,
 }
