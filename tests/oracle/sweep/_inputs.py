@@ -326,6 +326,8 @@ def generic_inputs(model: Any) -> dict[str, Any]:
         inputs["bool_masked_pos"] = masked_patches(config)
     if "bbox" in parameters:
         inputs["bbox"] = bbox(config)
+    if "input_ids" in required and main != "input_ids":  # a dual encoder whose main input is the other tower's
+        inputs["input_ids"] = token_ids(config)
     if main == "query_embeds" and "encoder_hidden_states" in parameters:  # the image features queries attend to
         width = getattr(config, "encoder_hidden_size", None) or _width(config)
         inputs["encoder_hidden_states"] = torch.randn(BATCH, 2 * SEQ, width, generator=_generator(17))
