@@ -104,6 +104,15 @@ def _pooled_patches(model: Any, generic: Generic) -> dict[str, Any]:
     return {"image_features": features, "pooled_patches_idx": indices}
 
 
+def _draft_block(model: Any, generic: Generic) -> dict[str, Any]:
+    """MuseGlimmer's block-diffusion drafter: one block of noise embeddings to denoise, and the target
+    model's hidden states of five accepted tokens (its `target_layer_ids` layers concatenated)."""
+    config = model.config
+    noise = torch.randn(BATCH, config.block_size, config.hidden_size, generator=_generator(19))
+    width = config.hidden_size * len(config.target_layer_ids)
+    return {"noise_embeds": noise, "context_hidden_states": torch.randn(BATCH, 5, width, generator=_generator(20))}
+
+
 CLASS_INPUTS: dict[str, Callable[[Any, Generic], dict[str, Any]]] = {
     "PaddleOCRVisionModel": _batched_patches,
     "PaddleOCRVisionTransformer": _batched_patches,
@@ -114,4 +123,5 @@ CLASS_INPUTS: dict[str, Callable[[Any, Generic], dict[str, Any]]] = {
     "InklingVisionModel": _inkling_pixels,
     "InklingAudioModel": _inkling_audio,
     "Molmo2Adapter": _pooled_patches,
+    "MuseGlimmerAssistantModel": _draft_block,
 }
