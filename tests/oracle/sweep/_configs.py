@@ -136,7 +136,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma4_vision": {"pooling_kernel_size": 2},  # pools 2 x 2 patches: four soft tokens from a 4 x 4 grid
     # Deep-stack projectors: the default maps no vision layer to a language layer, and its spatial targets
     # are layers 12-21 of the full model.
-    "granite4_vision": {"deepstack_layer_map": [[0, 0]], "spatial_target_layers": [0, 1, 0, 1], "downsample_rate": "1/2"},
+    "granite4_vision": {
+        "deepstack_layer_map": [[0, 0]], "spatial_target_layers": [0, 1, 0, 1], "downsample_rate": "1/2",
+    },
     # Its rotary embedding always splits by multimodal sections (the checkpoint's four axes: position, width,
     # height, image index); the default names none. One frequency pair per axis fills the half head of 4.
     "hunyuan_vl_text": {
@@ -342,20 +344,32 @@ POST_OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
+def _set_path(config: Any, path: str, value: Any) -> None:
+    """Set `path` (`field` or `sub_config.field`) on `config`."""
+    owner, _, name = path.rpartition(".")
+    setattr(getattr(config, owner) if owner else config, name, value)
+
+
 def _post_overrides(config: Any) -> None:
     """Apply `POST_OVERRIDES` to `config` and (recursively) to its sub-configs."""
     for path, value in POST_OVERRIDES.get(getattr(config, "model_type", None), {}).items():
-        owner, _, name = path.rpartition(".")
-        setattr(getattr(config, owner) if owner else config, name, value)
+        _set_path(config, path, value)
     for name in getattr(config, "sub_configs", {}) or {}:
         sub = getattr(config, name, None)
         if sub is not None and hasattr(sub, "to_dict"):
             _post_overrides(sub)
 
 
-# Class name -> fields set on its root config (classes used standalone in ways the default config does not allow).
+# Class name -> fields (or `sub_config.field` paths) set on its root config (classes used standalone in
+# ways the default config does not allow).
 CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     "T5Stack": {"use_cache": False},
+    # Its contrastive heads read two fields its config class does not declare (checkpoints set them), and
+    # compare text, image and cross-modal states: one width for all (the vision tower's 64, see OVERRIDES).
+    "BridgeTowerForContrastiveLearning": {
+        "contrastive_hidden_size": 16, "logit_scale_init_value": 2.6592, "hidden_size": 64,
+        "text_config.hidden_size": 64,
+    },
 }
 
 
@@ -401,6 +415,6 @@ def tiny_config(model_cls: type, level: str = "small") -> Any:
     config = _shrunk(default, level, _mrope_default(model_cls))
     _post_overrides(config)
     for key, value in CLASS_OVERRIDES.get(model_cls.__name__, {}).items():
-        setattr(config, key, value)
+        _set_path(config, key, value)
     _set_eager(config)
     return copy.deepcopy(config)

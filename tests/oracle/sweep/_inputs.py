@@ -4,9 +4,11 @@ Token ids avoid every special token id the config names (a stray image placehold
 multimodal model look for image features). Encoder-decoders also get `decoder_input_ids`.
 Beyond ids, pixels, audio and spectrograms: encoder stacks (`hidden_states`), clips
 (`pixel_values_videos`, 5-D pixels), Qwen2-VL style flattened patches with their `grid_thw`,
-SigLIP 2 patches with `spatial_shapes`, NaViT-packed patch strips with `target_sizes`, tiled images with aspect ratios, time series (`past_values` and time features), layout
-boxes (`bbox`) and pre-training patch masks. Everything is drawn from fixed-seed generators, so
-two calls give equal tensors.
+SigLIP 2 patches with `spatial_shapes`, NaViT-packed patch strips with `target_sizes`, tiled images
+with aspect ratios, patch rows and positions, Q-Former queries, time series (`past_values` and time
+features), layout boxes (`bbox`) and pre-training patch masks. Layouts no builder infers come from
+per-class hooks (`_class_inputs`). Everything is drawn from fixed-seed generators, so two calls give
+equal tensors.
 """
 
 from __future__ import annotations
