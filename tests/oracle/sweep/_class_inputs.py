@@ -23,10 +23,19 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def _conv_patches(model: Any, generic: Generic) -> dict[str, Any]:
+    """Kimi-K2.5's vision tower: the flattened Qwen2-VL style patches as the (patches, channels, patch,
+    patch) blocks its 2-D patch convolution reads."""
+    inputs = generic()
+    patch = model.config.patch_size
+    inputs["pixel_values"] = inputs["pixel_values"].reshape(inputs["pixel_values"].shape[0], -1, patch, patch)
+    return inputs
+
+
 def _batched_patches(model: Any, generic: Generic) -> dict[str, Any]:
     """PaddleOCR-VL's vision tower: the VL model packs every image's (channels, patch, patch) patches
     into one batch entry, (1, patches, channels, patch, patch)."""
-    inputs = generic()
+    inputs = _conv_patches(model, generic)
     inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(0)
     return inputs
 
@@ -114,6 +123,7 @@ def _draft_block(model: Any, generic: Generic) -> dict[str, Any]:
 
 
 CLASS_INPUTS: dict[str, Callable[[Any, Generic], dict[str, Any]]] = {
+    "Kimi_K25VisionModel": _conv_patches,
     "PaddleOCRVisionModel": _batched_patches,
     "PaddleOCRVisionTransformer": _batched_patches,
     "Inkling2VisionModel": _token_patches,

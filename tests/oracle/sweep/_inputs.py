@@ -225,15 +225,6 @@ def _first_layer(model: Any) -> Any:
     return next((m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))), None)
 
 
-def _conv_patches(model: Any, inputs: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
-    """Flattened patches reshaped to (patches, channels, patch, patch) where the tower embeds them with a
-    2-D convolution (Kimi-K2.5) rather than a linear layer or a 3-D convolution over a view."""
-    first = _first_layer(model)
-    if isinstance(first, torch.nn.Conv2d):
-        inputs[name] = inputs[name].reshape(inputs[name].shape[0], first.in_channels, *first.kernel_size)
-    return inputs
-
-
 def patch_sequence(model: Any, image: torch.Tensor) -> torch.Tensor:
     """`image` (batch, channels, height, width) as the (batch, patches, channels * patch * patch) rows a
     tower embeds with a linear layer (Molmo2), row-major patches, each patch's pixels row-major then
@@ -307,7 +298,7 @@ def generic_inputs(model: Any) -> dict[str, Any]:
     parameters = forward_parameters(model)
     ordered = list(_signature(model).parameters)[1:]
     if any(name.endswith("grid_thw") for name in ordered[:3]) and ordered[0] in ("hidden_states", "pixel_values"):
-        return _conv_patches(model, grid_patches(config, ordered), ordered[0])
+        return grid_patches(config, ordered)
     if "past_values" in parameters:
         return time_series(config, parameters)
     main = getattr(type(model), "main_input_name", "input_ids")
