@@ -23,6 +23,31 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def _patch_rows(image: torch.Tensor, patch: int) -> torch.Tensor:
+    """(batch, channels, height, width) pixels as (batch, patches, channels * patch * patch) rows:
+    row-major patches, each patch's pixels row-major then channel."""
+    batch, channels, height, width = image.shape
+    rows = image.reshape(batch, channels, height // patch, patch, width // patch, patch)
+    return rows.permute(0, 2, 4, 3, 5, 1).reshape(batch, (height // patch) * (width // patch), -1)
+
+
+def _linear_patches(model: Any, generic: Generic) -> dict[str, Any]:
+    """Towers that embed flattened patches with a linear layer (Molmo2): the generic image as patch rows."""
+    inputs = generic()
+    inputs["pixel_values"] = _patch_rows(inputs["pixel_values"], model.config.patch_size)
+    return inputs
+
+
+def _positioned_patches(model: Any, generic: Generic) -> dict[str, Any]:
+    """Gemma 4's vision tower: patch rows and each patch's (x, y) grid position."""
+    inputs = _linear_patches(model, generic)
+    side = inputs["pixel_values"].shape[1] ** 0.5
+    rows, columns = torch.meshgrid(torch.arange(int(side)), torch.arange(int(side)), indexing="ij")
+    positions = torch.stack([columns.flatten(), rows.flatten()], dim=-1)
+    inputs["pixel_position_ids"] = positions.expand(BATCH, -1, -1).contiguous()
+    return inputs
+
+
 def _conv_patches(model: Any, generic: Generic) -> dict[str, Any]:
     """Kimi-K2.5's vision tower: the flattened Qwen2-VL style patches as the (patches, channels, patch,
     patch) blocks its 2-D patch convolution reads."""
@@ -124,6 +149,8 @@ def _draft_block(model: Any, generic: Generic) -> dict[str, Any]:
 
 CLASS_INPUTS: dict[str, Callable[[Any, Generic], dict[str, Any]]] = {
     "Kimi_K25VisionModel": _conv_patches,
+    "Molmo2VisionModel": _linear_patches,
+    "Gemma4VisionModel": _positioned_patches,
     "PaddleOCRVisionModel": _batched_patches,
     "PaddleOCRVisionTransformer": _batched_patches,
     "Inkling2VisionModel": _token_patches,

@@ -5,7 +5,7 @@ multimodal model look for image features). Encoder-decoders also get `decoder_in
 Beyond ids, pixels, audio and spectrograms: encoder stacks (`hidden_states`), clips
 (`pixel_values_videos`, 5-D pixels), Qwen2-VL style flattened patches with their `grid_thw`,
 SigLIP 2 patches with `spatial_shapes`, NaViT-packed patch strips with `target_sizes`, tiled images
-with aspect ratios, patch rows and positions, Q-Former queries, time series (`past_values` and time
+with aspect ratios, Q-Former queries, time series (`past_values` and time
 features), layout boxes (`bbox`) and pre-training patch masks. Layouts no builder infers come from
 per-class hooks (`_class_inputs`). Everything is drawn from fixed-seed generators, so two calls give
 equal tensors.
@@ -220,32 +220,6 @@ def tiles(config: Any, seed: int = 15) -> dict[str, torch.Tensor]:
     return {"pixel_values": pixels.contiguous(), "aspect_ratio_ids": ids, "aspect_ratio_mask": mask}
 
 
-def _first_layer(model: Any) -> Any:
-    """The model's first convolution or linear layer (its patch embedding, for a vision tower)."""
-    return next((m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))), None)
-
-
-def patch_sequence(model: Any, image: torch.Tensor) -> torch.Tensor:
-    """`image` (batch, channels, height, width) as the (batch, patches, channels * patch * patch) rows a
-    tower embeds with a linear layer (Molmo2), row-major patches, each patch's pixels row-major then
-    channel; `image` unchanged for any other tower."""
-    first, patch = _first_layer(model), getattr(model.config, "patch_size", None)
-    if not (isinstance(first, torch.nn.Linear) and isinstance(patch, int)):
-        return image
-    batch, channels, height, width = image.shape
-    if first.in_features != channels * patch * patch:
-        return image
-    rows = image.reshape(batch, channels, height // patch, patch, width // patch, patch)
-    return rows.permute(0, 2, 4, 3, 5, 1).reshape(batch, (height // patch) * (width // patch), -1)
-
-
-def patch_positions(image_size: int, patch: int) -> torch.Tensor:
-    """(batch, patches, 2) (x, y) grid positions of the row-major patches `patch_sequence` makes (Gemma 4)."""
-    side = image_size // patch
-    rows, columns = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
-    return torch.stack([columns.flatten(), rows.flatten()], dim=-1).expand(BATCH, -1, -1).contiguous()
-
-
 def spectrogram(model: Any, mel: int, frames: int = 64, seed: int = 4) -> torch.Tensor:
     """(batch, mel, frames) when a 1-D convolution reads the mel bins as channels (Whisper style),
     else (batch, frames, mel)."""
@@ -341,8 +315,6 @@ def generic_inputs(model: Any) -> dict[str, Any]:
         inputs.update(packed_patches(config))
     if "aspect_ratio_ids" in required and "pixel_values" in inputs:
         inputs.update(tiles(config))
-    if "pixel_position_ids" in required and "pixel_values" in inputs:
-        inputs["pixel_position_ids"] = patch_positions(getattr(_vision(config), "image_size", 32), config.patch_size)
     if "image_attention_mask" in parameters and "pixel_values" in inputs:  # IDEFICS: images per sample
         inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
         inputs["image_attention_mask"] = torch.ones(BATCH, inputs[main].shape[-1], 1, dtype=torch.long)
@@ -382,8 +354,6 @@ def _main_input(model: Any, main: str) -> torch.Tensor:
     step = getattr(config, "samples_per_token", None)
     if main == "input_values" and isinstance(step, int) and step > 0 and tensor.shape[1] % step:
         tensor = input_values(config, length=-(-tensor.shape[1] // step) * step)  # whole tokens (MuseSpark audio)
-    if main == "pixel_values" and tensor.dim() == 4:
-        tensor = patch_sequence(model, tensor)
     if main == "pixel_values" and _is_video(model):
         tensor = video(config)
         if name.startswith("XCLIPVision"):
