@@ -2,7 +2,8 @@
 
 Each hook receives the tiny model and a function returning the generic builders' inputs (which it
 calls when it adjusts them), and returns the inputs its forward really needs, built the way the
-family's processor or parent model builds them. Keyed by class name; `_inputs.build_inputs` calls it.
+family's processor or parent model builds them. Keyed by `family.ClassName` (the sweep's target id);
+`_inputs.build_inputs` calls it.
 """
 
 from __future__ import annotations
@@ -148,17 +149,17 @@ def _draft_block(model: Any, generic: Generic) -> dict[str, Any]:
 
 
 CLASS_INPUTS: dict[str, Callable[[Any, Generic], dict[str, Any]]] = {
-    "Kimi_K25VisionModel": _conv_patches,
-    "Molmo2VisionModel": _linear_patches,
-    "Gemma4VisionModel": _positioned_patches,
-    "PaddleOCRVisionModel": _batched_patches,
-    "PaddleOCRVisionTransformer": _batched_patches,
-    "Inkling2VisionModel": _token_patches,
-    "Gemma4AudioModel": _mel_as_channels,
-    "Kosmos2_5VisionEncoder": _all_valid,
-    "DINOv3ViTEncoder": _dinov3_encoder,
-    "InklingVisionModel": _inkling_pixels,
-    "InklingAudioModel": _inkling_audio,
-    "Molmo2Adapter": _pooled_patches,
-    "MuseGlimmerAssistantModel": _draft_block,
+    "kimi_k25.Kimi_K25VisionModel": _conv_patches,
+    "molmo2.Molmo2VisionModel": _linear_patches,
+    "gemma4.Gemma4VisionModel": _positioned_patches,
+    "paddleocr_vl.PaddleOCRVisionModel": _batched_patches,
+    "paddleocr_vl.PaddleOCRVisionTransformer": _batched_patches,
+    "inkling2.Inkling2VisionModel": _token_patches,
+    "gemma4.Gemma4AudioModel": _mel_as_channels,
+    "kosmos2_5.Kosmos2_5VisionEncoder": _all_valid,
+    "dinov3_vit.DINOv3ViTEncoder": _dinov3_encoder,
+    "inkling.InklingVisionModel": _inkling_pixels,
+    "inkling.InklingAudioModel": _inkling_audio,
+    "molmo2.Molmo2Adapter": _pooled_patches,
+    "muse_glimmer_assistant.MuseGlimmerAssistantModel": _draft_block,
 }

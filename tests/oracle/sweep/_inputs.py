@@ -259,7 +259,8 @@ def build_inputs(model: Any) -> dict[str, Any]:
     class's hook in `_class_inputs.CLASS_INPUTS` makes of them."""
     from ._class_inputs import CLASS_INPUTS
 
-    hook = CLASS_INPUTS.get(type(model).__name__)
+    module = type(model).__module__.split(".")  # transformers.models.<family>.modeling_<name>
+    hook = CLASS_INPUTS.get(f"{module[2] if len(module) > 2 else ''}.{type(model).__name__}")
     return hook(model, lambda: generic_inputs(model)) if hook else generic_inputs(model)
 
 
