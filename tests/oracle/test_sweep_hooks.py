@@ -40,7 +40,10 @@ def test_input_hooks_name_modeling_classes(target_id: str) -> None:
     assert _modeling_class(target_id) is not None, f"transformers has no class {target_id!r}"
 
 
-@pytest.mark.parametrize("name", sorted(name for name, fields in CLASS_OVERRIDES.items() if any("." in f for f in fields)))
+PATHS = sorted(name for name, fields in CLASS_OVERRIDES.items() if any("." in field for field in fields))
+
+
+@pytest.mark.parametrize("name", PATHS)
 def test_class_override_paths_reach_the_tiny_config(name: str) -> None:
     config = tiny_config(getattr(transformers, name))
     for path, value in CLASS_OVERRIDES[name].items():
