@@ -15,10 +15,9 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-import transformers  # noqa: E402
-
-from oracle.sweep._class_inputs import CLASS_INPUTS  # noqa: E402
-from oracle.sweep._configs import CLASS_OVERRIDES, POST_OVERRIDES, tiny_config  # noqa: E402
+import transformers
+from oracle.sweep._class_inputs import CLASS_INPUTS
+from oracle.sweep._configs import CLASS_OVERRIDES, POST_OVERRIDES, tiny_config
 
 pytestmark = pytest.mark.oracle
 
