@@ -5,7 +5,8 @@ counting helpers of `icount.py` (same method: client requests, one process per l
 `(count over N + k calls - count over k calls) / N`). Variants, all in one process, on the raw tiny
 `LlamaModel` (no decorator): the forward alone; `trace` with a spec capturing `hidden_states` and
 `resid_mid` (2 x layers + 1 values per forward) without positions; the same spec with `positions: [-1]`,
-`"-8:"` and `[0, -1]`. The figure the issue sets is
+`"-8:"` and `[0, -1]`; and, to see what the general listener path costs, the spec without positions
+with every layer listed in `layers` (all kept, each value through `Collector.record`). The figure the issue sets is
 
     (added by the capture with positions - added by the capture without) / added by the capture without
 
@@ -28,13 +29,16 @@ import icount  # noqa: E402  (the counting helpers and the driver)
 POSITIONS: dict[str, object] = {"[-1]": [-1], '"-8:"': "-8:", "[0, -1]": [0, -1]}
 
 
-def _spec(positions: object) -> dict:
+def _spec(positions: object, layers: int | None = None) -> dict:
+    """hidden_states and resid_mid, with `positions`; with `layers`, every layer listed in `layers:`
+    (which keeps all of them but sends each value through `Collector.record`, the general path)."""
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm
 
     from yamltrace import OutputRecorder
 
+    kept = None if layers is None else tuple(range(layers + 1))
     return {
-        "hidden_states": OutputRecorder(LlamaDecoderLayer, index=0, positions=positions),
+        "hidden_states": OutputRecorder(LlamaDecoderLayer, index=0, positions=positions, layers=kept),
         "resid_mid": OutputRecorder(LlamaRMSNorm, layer_name="post_attention_layernorm", input=0, positions=positions),
     }
 
@@ -62,6 +66,8 @@ def measure(counter: icount.Counter, layers: int) -> tuple[dict[str, float], int
             row(f"trace, {name}", forward)
         values = len(captures["hidden_states"]) + len(captures["resid_mid"])
     values //= 2 * counter.k + counter.n + 2  # every call of the two counts and the warm-up
+    with yamltrace.trace(model, _spec(None, layers)):
+        row("trace, no positions, every value through Collector.record", forward)
 
     with torch.inference_mode():
         hidden = model(input_ids=ids).last_hidden_state
@@ -74,8 +80,9 @@ def measure(counter: icount.Counter, layers: int) -> tuple[dict[str, float], int
         "index_select (cached index)": lambda t, i=torch.tensor([seq - 1]): t.index_select(1, i),
         "python loop, no op": lambda t: t,
     }
+    store: list = []  # results stay alive, as captures do (their release is not part of a forward)
     for name, op in ops.items():
-        row(f"{values} x {name}", lambda op=op: [op(t) for t in tensors])
+        row(f"{values} x {name}", lambda op=op: store.extend([op(t) for t in tensors]))
     return per, values
 
 
@@ -88,6 +95,9 @@ def report(layers: int, per: dict[str, float], values: int, counter: icount.Coun
              "|---|---|---|---|---|---|",
              f"| raw forward | {raw:,.0f} | | | | |",
              f"| trace, no positions | {per['trace, no positions']:,.0f} | {capture:+,.0f} | | {capture / values:,.0f} | |"]
+    general = per["trace, no positions, every value through Collector.record"]
+    lines.append(f"| trace, no positions, every value through `Collector.record` | {general:,.0f} | {general - raw:+,.0f} | "
+                 f"{general - per['trace, no positions']:+,.0f} | | |")
     for name in POSITIONS:
         value = per[f"trace, {name}"]
         extra = value - per["trace, no positions"]

@@ -36,26 +36,29 @@ def entry_of(key: str, recorder: OutputRecorder) -> Entry:
 
 
 def transform_of(recorder: OutputRecorder) -> Transform | None:
-    """What `recorder` does to a captured tensor (keep positions, detach, then move/cast); None when
+    """What `recorder` does to a captured tensor (detach, keep positions, then move/cast); None when
     it keeps the reference."""
     detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
+    convert = device is not None or dtype is not None
     if recorder.positions is None:
-        if not detach and device is None and dtype is None:
+        if not detach and not convert:
             return None
         select = None
     else:
-        select = positions_selector(recorder.positions, recorder.seq_dim)
-    convert = device is not None or dtype is not None
-    # A selection that is a view of the module's tensor must be copied unless `to` copies it.
+        # The selection copies, unless `to`/`dtype` follow (they copy; a view is then enough).
+        select = positions_selector(recorder.positions, recorder.seq_dim, copy=not convert)
+        if not detach and not convert:
+            return select  # passes non-tensors through: one call per captured value
+    # A selection that may be a view must be copied when `to` does not copy.
     must_copy = select is not None and not select.copies  # type: ignore[attr-defined]
 
     def transform(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
-        if select is not None:
-            value = select(value)
         if detach:
             value = value.detach()
+        if select is not None:
+            value = select(value)
         if convert:
             moved = value.to(device=device, dtype=dtype)
             if moved is not value:
