@@ -154,16 +154,14 @@ def positions_selector(
     if span is None:
         return _copying(general, copy)
     start, length = span
-    # narrow_copy's backward mis-places a negative start (torch 2.13: zero gradient for start -1),
-    # so a negative start is made absolute first.
     take = torch.Tensor.narrow_copy if copy else torch.Tensor.narrow
 
-    if start >= 0:
+    if start >= 0 or not copy:
 
         def select(value: Any) -> Any:
             try:
                 return take(value, seq_dim, start, length)
-            except Exception:  # not a tensor, no such dim, a sequence shorter than start + length
+            except Exception:  # not a tensor, no such dim, a sequence shorter than the span
                 pass
             return general(value)
 
@@ -171,12 +169,16 @@ def positions_selector(
 
         def select(value: Any) -> Any:
             try:
-                first = value.size(seq_dim) + start
+                # narrow_copy's backward mis-places a negative start (torch 2.13: a zero gradient
+                # for start -1), so with autograd the start is made absolute first.
+                if not value.requires_grad:
+                    return take(value, seq_dim, start, length)
+                first = value.shape[seq_dim] + start
                 if first >= 0:
                     return take(value, seq_dim, first, length)
-            except Exception:  # not a tensor, no such dim
+            except Exception:  # not a tensor, no such dim, a sequence shorter than -start
                 pass
-            return general(value)  # also a sequence shorter than -start
+            return general(value)
 
     return _copying(select, copy)
 
@@ -209,7 +211,7 @@ def _list_selector(positions: list[int], seq_dim: int, general: Callable[[Any], 
 
     def select(value: Any) -> Any:
         try:
-            length = value.size(seq_dim)
+            length = value.shape[seq_dim]  # (cheaper than size(seq_dim))
             index = cache.get((length, value.device))
             if index is None:
                 index = index_of(length, value.device)

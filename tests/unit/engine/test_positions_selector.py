@@ -45,12 +45,13 @@ def owns_only_its_elements(value: torch.Tensor) -> bool:
 
 @pytest.mark.parametrize("positions", POSITIONS, ids=str)
 @pytest.mark.parametrize("seq_dim", [1, -2, 2])
-def test_the_selector_keeps_what_python_indexing_keeps_and_copies_it(positions, seq_dim) -> None:
-    select = positions_selector(normalize_positions(positions), seq_dim)
+@pytest.mark.parametrize(("copy", "grad"), [(True, False), (True, True), (False, False)], ids=["copy", "copy-grad", "view"])
+def test_the_selector_keeps_what_python_indexing_keeps(positions, seq_dim, copy, grad) -> None:
+    select = positions_selector(normalize_positions(positions), seq_dim, copy=copy)
     for length in LENGTHS:
         shape = [2, 3, 4]
         shape[seq_dim] = length
-        value = torch.randn(shape)
+        value = torch.randn(shape, requires_grad=grad)
         expected = reference(value, positions, seq_dim)
         if expected is None:
             with pytest.raises(PositionError, match=rf"a sequence of {length} \(dim {seq_dim} of shape"):
@@ -58,7 +59,9 @@ def test_the_selector_keeps_what_python_indexing_keeps_and_copies_it(positions, 
             continue
         kept = select(value)
         assert torch.equal(kept, expected), (positions, length)
-        assert owns_only_its_elements(kept)
+        assert kept.requires_grad == grad
+        if copy:
+            assert owns_only_its_elements(kept)
 
 
 @pytest.mark.parametrize("positions", [[-1], "-8:", ":4", [0, -1], "0:7:3"], ids=str)
