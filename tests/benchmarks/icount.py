@@ -240,37 +240,49 @@ def build_client(folder: Path) -> Path:
     return library
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
-    parser.add_argument("--n", type=int, default=6, help="calls measured (the difference of two counts)")
-    parser.add_argument("--k", type=int, default=1, help="calls of the shorter count")
-    args = parser.parse_args(argv)
+def worker_counter(n: int, k: int) -> Counter | None:
+    """In the process valgrind runs: a `Counter` (and the benchmarks folder on `sys.path`); else None."""
     folder = os.environ.get(_WORKER)
-    if folder:
-        sys.path.insert(0, str(HERE))
-        counter = Counter(Path(folder) / "callgrind_client.so", Path(folder), args.n, args.k)
-        (layers,) = args.layers
-        print(report(layers, measure(counter, layers), counter), flush=True)
-        return 0
+    if not folder:
+        return None
+    sys.path.insert(0, str(HERE))
+    return Counter(Path(folder) / "callgrind_client.so", Path(folder), n, k)
+
+
+def run_workers(script: str, layers: list[int], n: int, k: int, extra: list[str] | None = None) -> int:
+    """Re-run `script` under callgrind, one process per layer count (it finds its `Counter` through
+    `worker_counter`); a message and 0 where valgrind or gcc is missing."""
     missing = [tool for tool in ("valgrind", "gcc") if shutil.which(tool) is None]
     if missing:
         print(f"bench-icount: skipped, {' and '.join(missing)} not found (install valgrind and gcc to run it).")
         return 0
     status = 0
-    for layers in args.layers:
+    for count in layers:
         with tempfile.TemporaryDirectory(prefix="yamltrace-icount-") as tmp:
             build_client(Path(tmp))
             env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **{_WORKER: tmp})
             command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={tmp}/callgrind.out",
-                       "--log-file=" + f"{tmp}/valgrind.log", sys.executable, __file__, "--layers", str(layers),
-                       "--n", str(args.n), "--k", str(args.k)]
+                       "--log-file=" + f"{tmp}/valgrind.log", sys.executable, script, "--layers", str(count),
+                       "--n", str(n), "--k", str(k), *(extra or [])]
             result = subprocess.run(command, env=env, cwd=ROOT)
             if result.returncode:
                 print(Path(tmp, "valgrind.log").read_text()[-3000:], file=sys.stderr)
                 status = result.returncode
     return status
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--n", type=int, default=6, help="calls measured (the difference of two counts)")
+    parser.add_argument("--k", type=int, default=1, help="calls of the shorter count")
+    args = parser.parse_args(argv)
+    counter = worker_counter(args.n, args.k)
+    if counter is not None:
+        (layers,) = args.layers
+        print(report(layers, measure(counter, layers), counter), flush=True)
+        return 0
+    return run_workers(__file__, args.layers, args.n, args.k)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -36,26 +36,29 @@ def entry_of(key: str, recorder: OutputRecorder) -> Entry:
 
 
 def transform_of(recorder: OutputRecorder) -> Transform | None:
-    """What `recorder` does to a captured tensor (keep positions, detach, then move/cast); None when
+    """What `recorder` does to a captured tensor (detach, keep positions, then move/cast); None when
     it keeps the reference."""
     detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
+    convert = device is not None or dtype is not None
     if recorder.positions is None:
-        if not detach and device is None and dtype is None:
+        if not detach and not convert:
             return None
         select = None
     else:
-        select = positions_selector(recorder.positions, recorder.seq_dim)
-    convert = device is not None or dtype is not None
-    # A selection that is a view of the module's tensor must be copied unless `to` copies it.
+        # The selection copies, unless `to`/`dtype` follow (they copy; a view is then enough).
+        select = positions_selector(recorder.positions, recorder.seq_dim, copy=not convert)
+        if not detach and not convert:
+            return select  # passes non-tensors through: one call per captured value
+    # A selection that may be a view must be copied when `to` does not copy.
     must_copy = select is not None and not select.copies  # type: ignore[attr-defined]
 
     def transform(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
-        if select is not None:
-            value = select(value)
         if detach:
             value = value.detach()
+        if select is not None:
+            value = select(value)
         if convert:
             moved = value.to(device=device, dtype=dtype)
             if moved is not value:
@@ -183,6 +186,8 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, t
                 session.collector.record(path, entries, args, kwargs, output)
                 return
 
+    if len(entries) == 1 and isinstance(entries[0][1], int) and hasattr(entries[0][3], "copies"):
+        return _selection_listener(path, entries, served)  # a recorder that only keeps positions
     if len(entries) != 1 or entries[0][0] in transformed or not isinstance(entries[0][1], int):
         return general  # several entries, a transform (positions, detach, to, dtype), or an input recorder
     key, source, initial, _ = entries[0]
@@ -249,3 +254,42 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, t
                 collector.silent.add(path)
 
     return hidden_states if key == "hidden_states" else other
+
+
+def _selection_listener(path: str, entries: tuple[Entry, ...], served: Sessions) -> Any:
+    """The listener of a module whose one recorder only keeps positions (its transform is the
+    selector `transform_of` returned): select, append, and note the transform for the tied last
+    hidden state, as `Collector.record` would. Everything else goes to `record` before anything is
+    appended: a collector with `layers` selections, the initial hidden state, a `None` element, an
+    index out of range, and a selection that does not fit (which `record` raises, located)."""
+    key, source, initial, transform = entries[0]
+    index, select = cast(int, source), cast(Transform, transform)
+    initial = initial and key == "hidden_states"
+
+    def selected(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        for session in served.sessions:
+            if session.recording():
+                break
+        else:
+            return
+        collector = session.collector
+        values = collector.lists.get(key)
+        if values is None:
+            return
+        if not collector.selections and not (initial and len(values) == collector.starts[key]):
+            value = output
+            if isinstance(output, tuple):
+                value = output[index] if -len(output) <= index < len(output) else None
+            if value is not None:
+                try:
+                    kept = select(value)
+                except PositionError:
+                    pass
+                else:
+                    values.append(kept)
+                    collector.paths[key].append(path)
+                    collector.last_transform[key] = select
+                    return
+        collector.record(path, entries, args, kwargs, output)
+
+    return selected

@@ -3,7 +3,7 @@
 `InputSource` says which argument of a module's forward a recorder records (`OutputRecorder.input`);
 `positions_selector` builds the function that keeps only some token positions of a captured tensor
 (`OutputRecorder.positions` along `OutputRecorder.seq_dim`), so the positions left out are never
-retained: a selection is always a tensor with its own, smaller storage, never a view of the module's.
+retained: a selection is a tensor with its own, smaller storage, never a view of the module's.
 """
 
 from __future__ import annotations
@@ -77,15 +77,23 @@ def _as_index(positions: tuple[int, ...] | str) -> slice | list[int]:
     return list(positions)
 
 
-def positions_selector(positions: tuple[int, ...] | str, seq_dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A function that keeps `positions` of a tensor along `seq_dim`, as a tensor with its own storage.
+def _fixed_span(index: slice) -> tuple[int, int] | None:
+    """`(start, length)` of a step-1 slice whose length does not depend on the sequence's (`-1:`,
+    `-8:`, `:4`, `2:6`, `-8:-2`), as long as it fits in the sequence; None for any other slice."""
+    if index.step not in (None, 1):
+        return None
+    start, stop = index.start or 0, index.stop
+    if stop is None:
+        return (start, -start) if start < 0 else None
+    if (start < 0) != (stop < 0) or stop <= start:  # a length that depends on the sequence's, or nothing
+        return None
+    return start, stop - start
 
-    A slice is a view that would keep the module's whole tensor alive, so it is copied (`clone`, which
-    allocates only the selected elements); a list of positions is gathered, which copies already.
-    Raises `PositionError` for a tensor without `seq_dim`, out-of-range positions or an empty selection.
-    """
+
+def _exact(positions: tuple[int, ...] | str, seq_dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The general selection, with Python's indexing semantics (a slice is clipped to the sequence):
+    a view for a slice, a copy for a list; `PositionError` for what does not fit."""
     index = _as_index(positions)
-    is_slice = isinstance(index, slice)
     contiguous = index if isinstance(index, slice) and index.step in (None, 1) else None
     written = positions if isinstance(positions, str) else list(positions)
 
@@ -97,7 +105,6 @@ def positions_selector(positions: tuple[int, ...] | str, seq_dim: int) -> Callab
                 "set the recorder's seq_dim to its sequence dimension."
             )
         if contiguous is not None:
-            # narrow() costs a fraction of tensor indexing, which matters once per layer per forward.
             start, stop, _ = contiguous.indices(value.shape[seq_dim])
             kept = value.narrow(seq_dim, start, max(stop - start, 0))
         else:
@@ -113,7 +120,107 @@ def positions_selector(positions: tuple[int, ...] | str, seq_dim: int) -> Callab
             )
         return kept
 
-    select.copies = not is_slice  # type: ignore[attr-defined]  # read by the collector: whether select copies already
+    return select
+
+
+def positions_selector(
+    positions: tuple[int, ...] | str, seq_dim: int, copy: bool = True
+) -> Callable[[Any], Any]:
+    """A function that keeps `positions` of a tensor along `seq_dim`; any other value passes unchanged.
+
+    With `copy`, the result always has its own storage of only the selected elements (a slice, a
+    view, would keep the module's whole tensor alive); without, a slice may come back as a view (for
+    a caller that copies anyway, `to`/`dtype`). Raises `PositionError` for a tensor without
+    `seq_dim`, out-of-range positions or an empty selection.
+
+    This runs once per captured value, so the common selections take one torch op and no Python
+    check: a slice of fixed length (`[-1]`, `"-8:"`, `":4"`) is one `narrow_copy` (or `narrow`), a
+    list of positions one `index_select` with an index tensor cached per sequence length and device.
+    Whatever that op cannot do (torch raises: a sequence too short, no such dim, not a tensor) is
+    redone by the exact general path, which gives Python's slice semantics or the located error.
+    """
+    exact = _exact(positions, seq_dim)
+    index = _as_index(positions)
+    clone = copy and isinstance(index, slice)  # a list is gathered, which copies already
+
+    def general(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        return exact(value).clone() if clone else exact(value)
+
+    if isinstance(index, list):
+        return _copying(_list_selector(index, seq_dim, general), True)
+    span = _fixed_span(index)
+    if span is None:
+        return _copying(general, copy)
+    start, length = span
+    take = torch.Tensor.narrow_copy if copy else torch.Tensor.narrow
+
+    if start >= 0 or not copy:
+
+        def select(value: Any) -> Any:
+            try:
+                return take(value, seq_dim, start, length)
+            except Exception:  # not a tensor, no such dim, a sequence shorter than the span
+                pass
+            return general(value)
+
+    else:
+
+        def select(value: Any) -> Any:
+            try:
+                # narrow_copy's backward mis-places a negative start (torch 2.13: a zero gradient
+                # for start -1), so with autograd the start is made absolute first.
+                if not value.requires_grad:
+                    return take(value, seq_dim, start, length)
+                first = value.shape[seq_dim] + start
+                if first >= 0:
+                    return take(value, seq_dim, first, length)
+            except Exception:  # not a tensor, no such dim, a sequence shorter than -start
+                pass
+            return general(value)
+
+    return _copying(select, copy)
+
+
+def _copying(select: Callable[[Any], Any], copies: bool) -> Callable[[Any], Any]:
+    """`select`, marked with whether its result always has its own storage (read by the collector)."""
+    select.copies = copies  # type: ignore[attr-defined]
+    return select
+
+
+# Index tensors kept per (sequence length, device) by one list selector, at most this many.
+_INDEX_CACHE = 8
+
+
+def _list_selector(positions: list[int], seq_dim: int, general: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A list of positions as one `index_select`, with its index tensor (negative positions made
+    absolute) cached per sequence length and device; positions out of range take `general`."""
+    cache: dict[tuple[int, Any], torch.Tensor] = {}
+
+    def index_of(length: int, device: torch.device) -> torch.Tensor | None:
+        absolute = [p + length if p < 0 else p for p in positions]
+        if not all(0 <= p < length for p in absolute):
+            return None
+        if len(cache) >= _INDEX_CACHE:
+            cache.clear()
+        # A normal tensor even under inference_mode: index_select saves its index for backward.
+        with torch.inference_mode(False):
+            index = cache[(length, device)] = torch.tensor(absolute, device=device)
+        return index
+
+    def select(value: Any) -> Any:
+        try:
+            length = value.shape[seq_dim]  # (cheaper than size(seq_dim))
+            index = cache.get((length, value.device))
+            if index is None:
+                index = index_of(length, value.device)
+            if index is not None:
+                return value.index_select(seq_dim, index)
+        except Exception:  # not a tensor, no such dim
+            pass
+        return general(value)
+
     return select
 
 
