@@ -1,0 +1,128 @@
+"""Inputs for the standalone parts of detection models (DETR-style encoders and decoders).
+
+A detection model feeds its encoder and decoder what no generic builder makes: a feature pyramid
+(the hybrid encoders of RT-DETR, D-FINE, DEIMv2 and PP-DocLayout take a list of maps, each half the
+size of the one before), flattened multi-scale features with their level shapes, start indices and
+valid ratios (deformable attention), query embeddings with reference boxes, and position embeddings
+for queries and features. `detection_inputs` builds them from the module's forward signature and
+config; the shapes follow what the full model hands over (levels halving from 8 x 8, five queries).
+
+Hybrid encoders write into the list they are given (`feature_maps[i] = aifi(...)`), so their inputs
+come as `FreshInputs`, which hands every unpacking (`model(**inputs)`) a new list: the reference and
+each variant see the same pyramid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["FreshInputs", "detection_inputs"]
+
+BATCH = 2
+QUERIES = 5
+SIDE = 8  # the first level's side; each further level halves it
+
+# Forward parameters that mark a DETR-style encoder or decoder fed by its parent model.
+DETECTION_PARAMETERS = frozenset((
+    "reference_points", "spatial_shapes", "spatial_shapes_list", "valid_ratios",
+    "spatial_position_embeddings", "object_queries_position_embeddings",
+))
+
+# A forward taking one of these is a whole model, not a part fed by its parent.
+MAIN_INPUTS = frozenset(("input_ids", "pixel_values", "pixel_values_videos", "input_features", "input_values"))
+
+
+class FreshInputs(dict):
+    """Keyword inputs whose list values are copied on every read (and so on every `**` unpacking):
+    a forward that assigns into a list it was given leaves the next forward's inputs unchanged."""
+
+    def __getitem__(self, key: str) -> Any:
+        value = dict.__getitem__(self, key)
+        return list(value) if isinstance(value, list) else value
+
+    def __iter__(self):  # a dict subclass with its own iterator is unpacked through keys() and [] (not copied raw)
+        return iter(list(dict.keys(self)))
+
+    def keys(self):  # type: ignore[override]
+        return list(dict.keys(self))
+
+    def items(self):  # type: ignore[override]
+        return [(key, self[key]) for key in dict.keys(self)]
+
+    def values(self):  # type: ignore[override]
+        return [self[key] for key in dict.keys(self)]
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _sides(levels: int) -> list[int]:
+    return [max(1, SIDE >> level) for level in range(levels)]
+
+
+def pyramid(model: Any, seed: int = 20) -> FreshInputs | None:
+    """A hybrid encoder's feature pyramid: one (batch, channels, side, side) map per input level,
+    sides halving from 8. Maps carry `encoder_hidden_dim` channels (the parent projects them), or the
+    backbone's `encoder_in_channels` where the encoder projects them itself (an `input_proj`)."""
+    config = model.config
+    channels = getattr(config, "encoder_in_channels", None)
+    hidden = getattr(config, "encoder_hidden_dim", None)
+    if not isinstance(channels, list) or not isinstance(hidden, int):
+        return None
+    if not hasattr(model, "input_proj"):
+        channels = [hidden] * len(channels)
+    g = _generator(seed)
+    maps = [torch.randn(BATCH, c, side, side, generator=g) for c, side in zip(channels, _sides(len(channels)))]
+    inputs = FreshInputs(inputs_embeds=maps)
+    x4 = getattr(config, "x4_feat_dim", None)
+    if isinstance(x4, int):  # PP-DocLayoutV3: the stride-4 backbone map for the mask branch, twice the first side
+        inputs["x4_feat"] = (torch.randn(BATCH, x4, 2 * SIDE, 2 * SIDE, generator=g),)
+    return inputs
+
+
+def _levels(model: Any) -> int:
+    """The number of feature levels the model's deformable attention samples (its `n_levels`)."""
+    for module in model.modules():
+        levels = getattr(module, "n_levels", None)
+        if isinstance(levels, int) and not isinstance(levels, bool):
+            return levels
+    return getattr(model.config, "num_feature_levels", None) or 1
+
+
+def multiscale(model: Any, parameters: set[str], seed: int = 21) -> dict[str, Any]:
+    """Flattened multi-scale features and what a DETR-style encoder or decoder reads with them:
+    level shapes (a tensor and a list), level start indices, valid ratios of 1, position embeddings,
+    and for a decoder five queries with reference boxes in [0, 1] (read as logits by the decoders
+    that squash them). The parameter `inputs_embeds` is the features for an encoder (no
+    `encoder_hidden_states` parameter), the queries for a decoder."""
+    config = model.config
+    width = getattr(config, "d_model", None) or getattr(config, "hidden_size")
+    levels = _levels(model)
+    shapes = [(side, side) for side in _sides(levels)]
+    length = sum(h * w for h, w in shapes)
+    g = _generator(seed)
+    decoder = "encoder_hidden_states" in parameters
+    found: dict[str, Any] = {
+        "inputs_embeds": torch.randn(BATCH, QUERIES if decoder else length, width, generator=g),
+        "encoder_hidden_states": torch.randn(BATCH, length, width, generator=g),
+        "spatial_position_embeddings": torch.randn(BATCH, length, width, generator=g),
+        "object_queries_position_embeddings": torch.randn(BATCH, QUERIES, width, generator=g),
+        "reference_points": torch.rand(BATCH, QUERIES, 4, generator=g),
+        "spatial_shapes": torch.tensor(shapes, dtype=torch.long),
+        "spatial_shapes_list": shapes,
+        "level_start_index": torch.tensor([0, *torch.tensor([h * w for h, w in shapes]).cumsum(0)[:-1].tolist()]),
+        "valid_ratios": torch.ones(BATCH, levels, 2),
+    }
+    return {name: value for name, value in found.items() if name in parameters}
+
+
+def detection_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
+    """The inputs of a detection model's standalone encoder or decoder, or None for any other model."""
+    if parameters & MAIN_INPUTS or "inputs_embeds" not in parameters:
+        return None  # a whole model (SigLIP 2 also takes `spatial_shapes`), built by the generic builders
+    if DETECTION_PARAMETERS & parameters:
+        return multiscale(model, parameters)
+    return pyramid(model)
