@@ -5,7 +5,8 @@ A detection model feeds its encoder and decoder what no generic builder makes: a
 size of the one before), flattened multi-scale features with their level shapes, start indices and
 valid ratios (deformable attention), query embeddings with reference boxes, and position embeddings
 for queries and features. `detection_inputs` builds them from the module's forward signature and
-config; the shapes follow what the full model hands over (levels halving from 8 x 8, five queries).
+config; the shapes follow what the full model hands over (levels halving from 8 x 8, the config's
+`num_queries` queries).
 
 Hybrid encoders write into the list they are given (`feature_maps[i] = aifi(...)`), so their inputs
 come as `FreshInputs`, which hands every unpacking (`model(**inputs)`) a new list: the reference and
@@ -21,7 +22,7 @@ import torch
 __all__ = ["FreshInputs", "detection_inputs"]
 
 BATCH = 2
-QUERIES = 5
+QUERIES = 5  # when the config names no query count
 SIDE = 8  # the first level's side; each further level halves it
 
 # Forward parameters that mark a DETR-style encoder or decoder fed by its parent model.
@@ -95,7 +96,7 @@ def _levels(model: Any) -> int:
 def multiscale(model: Any, parameters: set[str], seed: int = 21) -> dict[str, Any]:
     """Flattened multi-scale features and what a DETR-style encoder or decoder reads with them:
     level shapes (a tensor and a list), level start indices, valid ratios of 1, position embeddings,
-    and for a decoder five queries with reference boxes in [0, 1] (read as logits by the decoders
+    and for a decoder `num_queries` queries with reference boxes in [0, 1] (read as logits by the decoders
     that squash them). The parameter `inputs_embeds` is the features for an encoder (no
     `encoder_hidden_states` parameter), the queries for a decoder."""
     config = model.config
@@ -105,12 +106,13 @@ def multiscale(model: Any, parameters: set[str], seed: int = 21) -> dict[str, An
     length = sum(h * w for h, w in shapes)
     g = _generator(seed)
     decoder = "encoder_hidden_states" in parameters
+    queries = getattr(config, "num_queries", None) or QUERIES  # some heads are sized by it (a pairwise order)
     found: dict[str, Any] = {
-        "inputs_embeds": torch.randn(BATCH, QUERIES if decoder else length, width, generator=g),
+        "inputs_embeds": torch.randn(BATCH, queries if decoder else length, width, generator=g),
         "encoder_hidden_states": torch.randn(BATCH, length, width, generator=g),
         "spatial_position_embeddings": torch.randn(BATCH, length, width, generator=g),
-        "object_queries_position_embeddings": torch.randn(BATCH, QUERIES, width, generator=g),
-        "reference_points": torch.rand(BATCH, QUERIES, 4, generator=g),
+        "object_queries_position_embeddings": torch.randn(BATCH, queries, width, generator=g),
+        "reference_points": torch.rand(BATCH, queries, getattr(config, "num_coords", None) or 4, generator=g),
         "spatial_shapes": torch.tensor(shapes, dtype=torch.long),
         "spatial_shapes_list": shapes,
         "level_start_index": torch.tensor([0, *torch.tensor([h * w for h, w in shapes]).cumsum(0)[:-1].tolist()]),
@@ -119,10 +121,31 @@ def multiscale(model: Any, parameters: set[str], seed: int = 21) -> dict[str, An
     return {name: value for name, value in found.items() if name in parameters}
 
 
+def parent_heads(model: Any, seed: int = 22) -> dict[str, Any]:
+    """PP-DocLayoutV3's decoder runs heads its parent model owns and passes in (a norm, the mask-query
+    and reading-order heads, the encoder's mask features): built here as the parent builds them."""
+    import sys
+
+    config, module = model.config, sys.modules[type(model).__module__]
+    prefix = type(model).__name__.removesuffix("Decoder")
+    width, prototypes = config.d_model, config.num_prototypes
+    torch.manual_seed(seed)
+    return {
+        "order_head": torch.nn.ModuleList([torch.nn.Linear(width, width) for _ in range(config.decoder_layers)]),
+        "global_pointer": getattr(module, f"{prefix}GlobalPointer")(config),
+        "mask_query_head": getattr(module, f"{prefix}MLPPredictionHead")(width, width, prototypes, num_layers=3),
+        "norm": torch.nn.LayerNorm(width, eps=config.layer_norm_eps),
+        "mask_feat": torch.randn(BATCH, prototypes, 2 * SIDE, 2 * SIDE, generator=_generator(seed)),
+    }
+
+
 def detection_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
     """The inputs of a detection model's standalone encoder or decoder, or None for any other model."""
     if parameters & MAIN_INPUTS or "inputs_embeds" not in parameters:
         return None  # a whole model (SigLIP 2 also takes `spatial_shapes`), built by the generic builders
     if DETECTION_PARAMETERS & parameters:
-        return multiscale(model, parameters)
+        inputs = multiscale(model, parameters)
+        if {"mask_query_head", "mask_feat"} <= parameters:
+            inputs.update(parent_heads(model))
+        return inputs
     return pyramid(model)
