@@ -122,6 +122,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mllama_text_model": {"cross_attention_layers": [1]},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     "layoutlmv3": {"coordinate_size": 4, "shape_size": 8},  # 4 coordinates + 2 sizes = hidden size 32
+    "lw_detr_vit": {"num_windows": 4},  # the image side per window row must split into whole windows
+    # The default names no feature level (checkpoints do; the fields derived from it are set with it), and
+    # fewer queries than the 4 x 4 patches of a 32-pixel image: each query group picks its top proposals.
+    "lw_detr": {
+        "projector_scale_factors": [1.0], "num_feature_levels": 1, "projector_in_channels": [HIDDEN],
+        "projector_out_channels": HIDDEN, "num_queries": 8,
+    },
+    "rf_detr": {"num_queries": 8},
 }
 
 
