@@ -130,6 +130,17 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "projector_out_channels": HIDDEN, "num_queries": 8,
     },
     "rf_detr": {"num_queries": 8},
+    # The default has no dense-prediction head (each checkpoint names its own): two upsampling blocks, one
+    # refinement conv, and the pointmap head's focal-length scale branch. Key/value heads per layer are
+    # derived again from the lowered head counts: one full-attention layer, then one grouped-query layer.
+    "sapiens2": {
+        "num_key_value_heads_per_layer": None, "num_key_value_attention_heads": 2,
+        "num_first_full_attention_layers": 1, "num_last_full_attention_layers": 0,
+        "head_config": {
+            "upsample_out_channels": [16, 16], "conv_out_channels": [16],
+            "scale_conv_out_channels": [16], "scale_final_hidden_sizes": [16, 16],
+        },
+    },
 }
 
 

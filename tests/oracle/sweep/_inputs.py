@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ._detection import detection_inputs
+from ._parts import part_inputs
 
 __all__ = ["build_inputs", "forward_parameters"]
 
@@ -227,9 +227,9 @@ def build_inputs(model: Any) -> dict[str, Any]:
     config = model.config
     parameters = forward_parameters(model)
     ordered = list(_signature(model).parameters)[1:]
-    detection = detection_inputs(model, parameters)  # DETR-style encoders and decoders fed by their parent
-    if detection is not None:
-        return detection
+    part = part_inputs(model, parameters)  # encoders and decoders fed by their parent model (DETR parts, ...)
+    if part is not None:
+        return part
     if any(name.endswith("grid_thw") for name in ordered[:3]) and ordered[0] in ("hidden_states", "pixel_values"):
         return grid_patches(config, ordered)
     if "past_values" in parameters:

@@ -1,6 +1,6 @@
-"""Inputs for the standalone parts of detection models (DETR-style encoders and decoders).
+"""Inputs for the standalone parts of models: encoders and decoders their parent model feeds.
 
-A detection model feeds its encoder and decoder what no generic builder makes: a feature pyramid
+DETR-style detection models: a detection model feeds its encoder and decoder what no generic builder makes: a feature pyramid
 (the hybrid encoders of RT-DETR, D-FINE, DEIMv2 and PP-DocLayout take a list of maps, each half the
 size of the one before), flattened multi-scale features with their level shapes, start indices and
 valid ratios (deformable attention), query embeddings with reference boxes, and position embeddings
@@ -11,6 +11,10 @@ config; the shapes follow what the full model hands over (levels halving from 8 
 Hybrid encoders write into the list they are given (`feature_maps[i] = aifi(...)`), so their inputs
 come as `FreshInputs`, which hands every unpacking (`model(**inputs)`) a new list: the reference and
 each variant see the same pyramid.
+
+Vision encoders with rotary positions (DINOv3 style): the parent computes (cos, sin) for the image's
+patches with its `*RopePositionEmbedding` module; the encoder takes them with the patch tokens and
+the prefix (class and register) tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["FreshInputs", "detection_inputs"]
+__all__ = ["FreshInputs", "part_inputs"]
 
 BATCH = 2
 QUERIES = 5  # when the config names no query count
@@ -139,10 +143,35 @@ def parent_heads(model: Any, seed: int = 22) -> dict[str, Any]:
     }
 
 
-def detection_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
-    """The inputs of a detection model's standalone encoder or decoder, or None for any other model."""
-    if parameters & MAIN_INPUTS or "inputs_embeds" not in parameters:
-        return None  # a whole model (SigLIP 2 also takes `spatial_shapes`), built by the generic builders
+def rope_encoder(model: Any, seed: int = 23) -> dict[str, Any] | None:
+    """A DINOv3-style encoder's tokens (class, registers, then one per patch of a config-sized image)
+    and the rotary (cos, sin) its parent computes for that image, with the family's own module."""
+    import sys
+
+    config, module = model.config, sys.modules[type(model).__module__]
+    rope_cls = next((v for k, v in vars(module).items() if k.endswith("RopePositionEmbedding")), None)
+    if rope_cls is None:
+        return None
+    size, patch = config.image_size, config.patch_size
+    height, width = (size, size) if isinstance(size, int) else tuple(size)
+    g = _generator(seed)
+    pixels = torch.randn(BATCH, config.num_channels, height, width, generator=g)
+    with torch.no_grad():
+        position_embeddings = rope_cls(config).eval()(pixels)
+    tokens = 1 + (getattr(config, "num_register_tokens", 0) or 0) + (height // patch) * (width // patch)
+    hidden = torch.randn(BATCH, tokens, config.hidden_size, generator=g)
+    return {"hidden_states": hidden, "position_embeddings": position_embeddings}
+
+
+def part_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
+    """The inputs of a standalone part fed by its parent model (a detection encoder or decoder, a
+    rotary vision encoder), or None for any other model (the generic builders make its inputs)."""
+    if parameters & MAIN_INPUTS:
+        return None  # a whole model (SigLIP 2 also takes `spatial_shapes`)
+    if {"hidden_states", "position_embeddings"} <= parameters and "inputs_embeds" not in parameters:
+        return rope_encoder(model)
+    if "inputs_embeds" not in parameters:
+        return None
     if DETECTION_PARAMETERS & parameters:
         inputs = multiscale(model, parameters)
         if {"mask_query_head", "mask_feat"} <= parameters:
