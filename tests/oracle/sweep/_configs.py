@@ -121,7 +121,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
     "mllama_text_model": {"cross_attention_layers": [1]},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
-    "layoutlmv3": {"coordinate_size": 4, "shape_size": 8},  # 4 coordinates + 2 sizes = hidden size 32
+    # 4 coordinates + 2 sizes = hidden size 32; 32-pixel images (its visual position table follows `input_size`)
+    "layoutlmv3": {"coordinate_size": 4, "shape_size": 8, "input_size": 32},
     "lw_detr_vit": {"num_windows": 4},  # the image side per window row must split into whole windows
     # The default names no feature level (checkpoints do; the fields derived from it are set with it), and
     # fewer queries than the 4 x 4 patches of a 32-pixel image: each query group picks its top proposals.
