@@ -131,6 +131,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "projector_out_channels": HIDDEN, "num_queries": 8,
     },
     "rf_detr": {"num_queries": 8},
+    # The queries join for the last `num_blocks` layers (default 4, more than the 2 lowered layers): the last one.
+    **{family: {"num_blocks": 1} for family in ("eomt", "eomt_dinov3")},
     # The default has no dense-prediction head (each checkpoint names its own): two upsampling blocks, one
     # refinement conv, and the pointmap head's focal-length scale branch. Key/value heads per layer are
     # derived again from the lowered head counts: one full-attention layer, then one grouped-query layer.
