@@ -131,6 +131,15 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "projector_out_channels": HIDDEN, "num_queries": 8,
     },
     "rf_detr": {"num_queries": 8},
+    # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.
+    "dpt": {"backbone_out_indices": [0, 1], "neck_hidden_sizes": [16, 32], "reassemble_factors": [2, 1]},
+    "prompt_depth_anything": {
+        "neck_hidden_sizes": [16, 32], "reassemble_factors": [2, 1],
+        "backbone_config": {
+            "model_type": "dinov2", "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+            "image_size": 32, "patch_size": 8, "out_indices": [1, 2], "reshape_hidden_states": False,
+        },
+    },
     # The queries join for the last `num_blocks` layers (default 4, more than the 2 lowered layers): the last one.
     **{family: {"num_blocks": 1} for family in ("eomt", "eomt_dinov3")},
     # The default has no dense-prediction head (each checkpoint names its own): two upsampling blocks, one
