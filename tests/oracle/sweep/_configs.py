@@ -131,6 +131,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "projector_out_channels": HIDDEN, "num_queries": 8,
     },
     "rf_detr": {"num_queries": 8},
+    # The segmentation head's FPN reads four distinct layers (the default reads only the last): four layers.
+    "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
     # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.
     "dpt": {"backbone_out_indices": [0, 1], "neck_hidden_sizes": [16, 32], "reassemble_factors": [2, 1]},
     "prompt_depth_anything": {
