@@ -131,6 +131,16 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "projector_out_channels": HIDDEN, "num_queries": 8,
     },
     "rf_detr": {"num_queries": 8},
+    # Stage widths ending at the hidden size, one block per stage. The fields the config derives from them are
+    # written out: the shrunk defaults passed back would override what it derives.
+    "efficientloftr": {
+        "out_features": [16, 16, 32, 32], "stage_num_blocks": [1, 1, 1, 1], "stage_in_channels": [1, 16, 16, 32],
+        "stage_block_stride": [[2], [1], [2], [2]], "stage_block_out_channels": [[16], [16], [32], [32]],
+        "stage_block_in_channels": [[1], [16], [16], [32]], "fine_fusion_dims": [32, 32, 16],
+        "intermediate_size": 2 * HIDDEN, "num_key_value_heads": HEADS,
+        # 2-D rotary positions fill half the hidden size: head_dim * factor = hidden / 2 (4.0 for 8 heads).
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": HEADS / 2},
+    },
     # The segmentation head's FPN reads four distinct layers (the default reads only the last): four layers.
     "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
     # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.

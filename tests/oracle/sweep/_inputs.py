@@ -277,8 +277,8 @@ def build_inputs(model: Any) -> dict[str, Any]:
 
 def _main_input(model: Any, main: str) -> torch.Tensor:
     """The main input, shaped for what the model reads: codec channels, spectrograms (AST, conformer
-    or Whisper-style layouts), longer audio for x-vector heads, clips for video models, one row per
-    codebook for MusicGen."""
+    or Whisper-style layouts), longer audio for x-vector heads, clips for video models, image pairs
+    for keypoint matchers, one row per codebook for MusicGen."""
     config, name = model.config, type(model).__name__
     tensor = BUILDERS[main](config)
     if main == "hidden_states" and conv_input(model) is not None:
@@ -298,6 +298,8 @@ def _main_input(model: Any, main: str) -> torch.Tensor:
         tensor = spectrogram(model, mel)
     if main == "input_values" and name.endswith("ForXVector"):
         tensor = input_values(config, length=16000)  # enough frames for the x-vector TDNN kernels
+    if main == "pixel_values" and getattr(config, "model_type", None) in IMAGE_PAIRS:
+        tensor = torch.stack([tensor, pixel_values(config, seed=14)], dim=1)  # (batch, 2, channels, height, width)
     if main == "pixel_values" and _is_video(model):
         tensor = video(config)
         if name.startswith("XCLIPVision"):
@@ -306,6 +308,10 @@ def _main_input(model: Any, main: str) -> torch.Tensor:
     if main == "input_ids" and isinstance(codebooks, int) and "musicgen" in type(model).__module__:
         tensor = torch.cat([token_ids(config, seed=1 + i) for i in range(codebooks)])  # (batch * codebooks, seq)
     return tensor
+
+
+# Keypoint matchers: their pixels are image pairs.
+IMAGE_PAIRS = ("efficientloftr", "lightglue", "superglue")
 
 
 def _codebooks(model: Any) -> Any:
