@@ -257,6 +257,8 @@ def build_inputs(model: Any) -> dict[str, Any]:
         inputs["bool_masked_pos"] = masked_patches(config)
     if "bbox" in parameters:
         inputs["bbox"] = bbox(config)
+    if name in NEEDS_ATTENTION_MASK:
+        inputs["attention_mask"] = torch.ones_like(inputs[main])
     encoder_decoder = getattr(config, "is_encoder_decoder", False)
     if main == "input_ids":
         if name.endswith("ForMultipleChoice"):
@@ -309,6 +311,9 @@ def _main_input(model: Any, main: str) -> torch.Tensor:
         tensor = torch.cat([token_ids(config, seed=1 + i) for i in range(codebooks)])  # (batch * codebooks, seq)
     return tensor
 
+
+# Classes whose forward reads an attention mask its signature leaves optional.
+NEEDS_ATTENTION_MASK = ("BrosSpadeEEForTokenClassification",)
 
 # Keypoint matchers: their pixels are image pairs.
 IMAGE_PAIRS = ("efficientloftr", "lightglue", "superglue")

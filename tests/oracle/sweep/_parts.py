@@ -14,7 +14,8 @@ each variant see the same pyramid.
 
 Vision encoders with rotary positions (DINOv3 style): the parent computes (cos, sin) for the image's
 patches with its `*RopePositionEmbedding` module; the encoder takes them with the patch tokens and
-the prefix (class and register) tokens.
+the prefix (class and register) tokens. Layout encoders (BROS): the parent embeds the boxes into
+pairwise position embeddings, here with the family's `*BboxEmbeddings` module.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 __all__ = ["FreshInputs", "part_inputs"]
 
 BATCH = 2
+SEQ = 7  # tokens of a layout encoder
 QUERIES = 5  # when the config names no query count
 SIDE = 8  # the first level's side; each further level halves it
 
@@ -163,6 +165,23 @@ def rope_encoder(model: Any, seed: int = 23) -> dict[str, Any] | None:
     return {"hidden_states": hidden, "position_embeddings": position_embeddings}
 
 
+def box_encoder(model: Any, seed: int = 24) -> dict[str, Any] | None:
+    """A BROS-style encoder's token states and the pairwise box embeddings its parent computes from
+    normalised boxes (four corners, scaled by `bbox_scale`), with the family's own module."""
+    import sys
+
+    config, module = model.config, sys.modules[type(model).__module__]
+    embed_cls = next((v for k, v in vars(module).items() if k.endswith("BboxEmbeddings")), None)
+    if embed_cls is None:
+        return None
+    g = _generator(seed)
+    boxes = torch.rand(BATCH, SEQ, getattr(config, "dim_bbox", 8), generator=g) * getattr(config, "bbox_scale", 1.0)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        positions = embed_cls(config).eval()(boxes)
+    return {"hidden_states": torch.randn(BATCH, SEQ, config.hidden_size, generator=g), "bbox_pos_emb": positions}
+
+
 def part_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
     """The inputs of a standalone part fed by its parent model (a detection encoder or decoder, a
     rotary vision encoder), or None for any other model (the generic builders make its inputs)."""
@@ -170,6 +189,8 @@ def part_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
         return None  # a whole model (SigLIP 2 also takes `spatial_shapes`)
     if {"hidden_states", "position_embeddings"} <= parameters and "inputs_embeds" not in parameters:
         return rope_encoder(model)
+    if {"hidden_states", "bbox_pos_emb"} <= parameters:
+        return box_encoder(model)
     if "inputs_embeds" not in parameters:
         return None
     if DETECTION_PARAMETERS & parameters:
