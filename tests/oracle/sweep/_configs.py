@@ -142,6 +142,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": HEADS / 2},
     },
     "bros": {"dim_bbox_projection": HIDDEN // HEADS},  # box positions are scored against each head's queries
+    "clipseg": {"extract_layers": [0, 1]},  # the decoder reads these vision layers (default 3, 6 and 9)
     # The segmentation head's FPN reads four distinct layers (the default reads only the last): four layers.
     "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
     # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.

@@ -15,7 +15,8 @@ each variant see the same pyramid.
 Vision encoders with rotary positions (DINOv3 style): the parent computes (cos, sin) for the image's
 patches with its `*RopePositionEmbedding` module; the encoder takes them with the patch tokens and
 the prefix (class and register) tokens. Layout encoders (BROS): the parent embeds the boxes into
-pairwise position embeddings, here with the family's `*BboxEmbeddings` module.
+pairwise position embeddings, here with the family's `*BboxEmbeddings` module. Conditioned mask
+decoders (CLIPSeg): the vision layers the parent extracts and the prompt's projected embedding.
 """
 
 from __future__ import annotations
@@ -182,6 +183,17 @@ def box_encoder(model: Any, seed: int = 24) -> dict[str, Any] | None:
     return {"hidden_states": torch.randn(BATCH, SEQ, config.hidden_size, generator=g), "bbox_pos_emb": positions}
 
 
+def conditioned_decoder(model: Any, seed: int = 25) -> dict[str, Any]:
+    """CLIPSeg's decoder: one (batch, 1 + patches, vision width) state per extracted vision layer
+    (the parent's `extract_layers`) and a (batch, projection_dim) prompt embedding."""
+    config = model.config
+    vision = config.vision_config
+    tokens = 1 + (vision.image_size // vision.patch_size) ** 2
+    g = _generator(seed)
+    states = tuple(torch.randn(BATCH, tokens, vision.hidden_size, generator=g) for _ in config.extract_layers)
+    return {"hidden_states": states, "conditional_embeddings": torch.randn(BATCH, config.projection_dim, generator=g)}
+
+
 def part_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
     """The inputs of a standalone part fed by its parent model (a detection encoder or decoder, a
     rotary vision encoder), or None for any other model (the generic builders make its inputs)."""
@@ -191,6 +203,8 @@ def part_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
         return rope_encoder(model)
     if {"hidden_states", "bbox_pos_emb"} <= parameters:
         return box_encoder(model)
+    if {"hidden_states", "conditional_embeddings"} <= parameters:
+        return conditioned_decoder(model)
     if "inputs_embeds" not in parameters:
         return None
     if DETECTION_PARAMETERS & parameters:
