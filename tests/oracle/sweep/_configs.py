@@ -143,6 +143,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     "bros": {"dim_bbox_projection": HIDDEN // HEADS},  # box positions are scored against each head's queries
     "clipseg": {"extract_layers": [0, 1]},  # the decoder reads these vision layers (default 3, 6 and 9)
+    "uvdoc_backbone": {"out_indices": [1, 2, 3, 4, 5, 6]},  # the head fuses every bridge stage's features
+    "uvdoc": {"image_size": 64},  # the head's 5 x 5 reflect-padded convolutions need a 4 x 4 map (stride 16)
     # The segmentation head's FPN reads four distinct layers (the default reads only the last): four layers.
     "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
     # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.
@@ -362,6 +364,9 @@ def _set_eager(config: Any) -> None:
 # Class name -> fields set on its root config (classes used standalone in ways the default config does not allow).
 CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     "T5Stack": {"use_cache": False},
+    # Built by UVDoc's backbone with the backbone's config, though its class names the whole model's: the
+    # bridge stages (channels, dilation) that config would give it, two of them.
+    "UVDocBridge": {"stage_configs": [[[128, 1]], [[128, 2], [128, 3]]]},
 }
 
 
