@@ -97,12 +97,13 @@ def _width(config: Any) -> int:
 
 def hidden_states(config: Any, seed: int = 7) -> torch.Tensor:
     """What an encoder stack takes: (batch, channels, 8, 8) for a conv stack (`hidden_sizes`), else
-    (batch, seq, width), the width being the encoder's `input_dim` where it names one (and the batch
-    `num_windows` times larger for a windowed encoder, whose global layers regroup the windows)."""
+    (batch, seq, width), the width being the encoder's `input_dim` (or the neck's `post_conv_out_channels`)
+    where it names one (and the batch `num_windows` times larger for a windowed encoder, whose global
+    layers regroup the windows)."""
     sizes = getattr(config, "hidden_sizes", None)
     if isinstance(sizes, (list, tuple)) and sizes:
         return torch.randn(BATCH, sizes[0], 8, 8, generator=_generator(seed))
-    width = getattr(config, "input_dim", None)
+    width = getattr(config, "input_dim", None) or getattr(config, "post_conv_out_channels", None)  # (SLANet's head)
     width = width if isinstance(width, int) else _width(config)
     windows = getattr(config, "num_windows", None)  # windowed ViT (LW-DETR): one row per image and window
     batch = BATCH * windows if isinstance(windows, int) and not isinstance(windows, bool) else BATCH
