@@ -9,7 +9,8 @@ None but their models read as numbers are filled (`FILL`); multimodal rotary sec
 widths and feature-layer indices are fitted to the small sizes. The vocabulary stays large enough
 to hold every special token id the config names, so multimodal placeholder tokens keep their
 meaning. Families where that is not enough get explicit overrides in `OVERRIDES` (applied to the
-config, or to any sub-config, of that model type).
+config, or to any sub-config, of that model type), `SUB_OVERRIDES` (one sub-config of one parent
+type) or `CLASS_OVERRIDES` (the root config of one class).
 """
 
 from __future__ import annotations
@@ -172,6 +173,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
+# (parent model_type, sub-config name) -> fields set on that sub-config only (the same sub-config type
+# elsewhere keeps its defaults).
+SUB_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
+    # The neck fuses the four stages the parent's default backbone names (the generic shrinking drops them).
+    ("pp_ocrv5_mobile_det", "backbone_config"): {"out_indices": [2, 3, 4, 5]},
+}
+
+
 def _special_token_ids(values: dict[str, Any]) -> list[int]:
     return [
         v for k, v in values.items()
@@ -297,7 +306,7 @@ def _fill(values: dict[str, Any]) -> None:
             values[key] = value
 
 
-def _shrunk(config: Any, level: str, mrope: list[int] | None = None) -> Any:
+def _shrunk(config: Any, level: str, mrope: list[int] | None = None, extra: dict[str, Any] | None = None) -> Any:
     """A copy of `config` (a PreTrainedConfig) with small sizes; sub-configs shrunk the same way.
 
     `level` "small" lowers every field of SIZES; "layers" only the layer counts (widths stay).
@@ -314,7 +323,7 @@ def _shrunk(config: Any, level: str, mrope: list[int] | None = None) -> Any:
     for name in getattr(config, "sub_configs", {}) or {}:
         sub = getattr(config, name, None)
         if sub is not None and hasattr(sub, "to_dict"):
-            values[name] = _shrunk(sub, level, mrope)
+            values[name] = _shrunk(sub, level, mrope, SUB_OVERRIDES.get((getattr(config, "model_type", None), name)))
     if level == "small" and isinstance(values.get("vocab_size"), int):
         values["vocab_size"] = max([99, *(i + 1 for i in _special_token_ids(values))])
     _fill(values)
@@ -326,7 +335,7 @@ def _shrunk(config: Any, level: str, mrope: list[int] | None = None) -> Any:
         values["use_cache"] = False  # a cache is not compared; hybrid (linear attention) caches refuse some calls
     _mrope(values, mrope)
     _mamba(values)
-    overrides = OVERRIDES.get(getattr(config, "model_type", None), {})
+    overrides = {**OVERRIDES.get(getattr(config, "model_type", None), {}), **(extra or {})}
     values.update(overrides)
     try:
         shrunk = type(config)(**values)
