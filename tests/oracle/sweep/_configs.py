@@ -146,6 +146,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "clipseg": {"extract_layers": [0, 1]},  # the decoder reads these vision layers (default 3, 6 and 9)
     "uvdoc_backbone": {"out_indices": [1, 2, 3, 4, 5, 6]},  # the head fuses every bridge stage's features
     "uvdoc": {"image_size": 64},  # the head's 5 x 5 reflect-padded convolutions need a 4 x 4 map (stride 16)
+    # Its first and last layers are RepMixer blocks: three layers keep one attention layer (the map's recorders).
+    "sam3_lite_text_text_model": {"num_hidden_layers": 3},
     # The segmentation head's FPN reads four distinct layers (the default reads only the last): four layers.
     "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
     # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.
