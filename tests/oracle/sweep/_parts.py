@@ -17,6 +17,8 @@ patches with its `*RopePositionEmbedding` module; the encoder takes them with th
 the prefix (class and register) tokens. Layout encoders (BROS): the parent embeds the boxes into
 pairwise position embeddings, here with the family's `*BboxEmbeddings` module. Conditioned mask
 decoders (CLIPSeg): the vision layers the parent extracts and the prompt's projected embedding.
+SAM3's DETR encoder, DETR decoder and mask decoder: image features (a map, its flattened tokens or
+an FPN of maps), position encodings, prompt (text) features with a padding mask, queries.
 """
 
 from __future__ import annotations
@@ -194,6 +196,38 @@ def conditioned_decoder(model: Any, seed: int = 25) -> dict[str, Any]:
     return {"hidden_states": states, "conditional_embeddings": torch.randn(BATCH, config.projection_dim, generator=g)}
 
 
+def prompted_detector(model: Any, parameters: set[str], seed: int = 26) -> dict[str, Any]:
+    """SAM3's DETR encoder (image features and their position encoding as one-level lists of maps),
+    DETR decoder (the same flattened, with the level's shape) and mask decoder (queries, an FPN of
+    `num_upsampling_stages + 1` maps from fine to coarse, the encoder's tokens for the coarsest), each
+    with prompt features whose second row ends in one padding token."""
+    width = model.config.hidden_size
+    g = _generator(seed)
+    side = SIDE // 2
+    prompt = torch.randn(BATCH, SEQ, width, generator=g)
+    valid = torch.ones(BATCH, SEQ, dtype=torch.bool)
+    valid[1, -1] = False
+    if "decoder_queries" in parameters:
+        levels = _sides((model.config.num_upsampling_stages or 0) + 1)
+        maps = [torch.randn(BATCH, width, 2 * s, 2 * s, generator=g) for s in levels]
+        coarsest = maps[-1].shape[-1] ** 2
+        return FreshInputs(
+            decoder_queries=torch.randn(BATCH, QUERIES, width, generator=g), backbone_features=maps,
+            encoder_hidden_states=torch.randn(BATCH, coarsest, width, generator=g),
+            prompt_features=prompt, prompt_mask=valid,
+        )
+    if "vision_pos_embeds" in parameters:  # the encoder
+        return FreshInputs(
+            vision_features=[torch.randn(BATCH, width, side, side, generator=g)], text_features=prompt,
+            vision_pos_embeds=[torch.randn(BATCH, width, side, side, generator=g)], text_mask=valid,
+        )
+    return {
+        "vision_features": torch.randn(BATCH, side * side, width, generator=g), "text_features": prompt,
+        "vision_pos_encoding": torch.randn(BATCH, side * side, width, generator=g), "text_mask": valid,
+        "spatial_shapes": torch.tensor([[side, side]]),
+    }
+
+
 def part_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
     """The inputs of a standalone part fed by its parent model (a detection encoder or decoder, a
     rotary vision encoder), or None for any other model (the generic builders make its inputs)."""
@@ -205,6 +239,8 @@ def part_inputs(model: Any, parameters: set[str]) -> dict[str, Any] | None:
         return box_encoder(model)
     if {"hidden_states", "conditional_embeddings"} <= parameters:
         return conditioned_decoder(model)
+    if {"vision_features", "text_features"} <= parameters or {"decoder_queries", "backbone_features"} <= parameters:
+        return prompted_detector(model, parameters)
     if "inputs_embeds" not in parameters:
         return None
     if DETECTION_PARAMETERS & parameters:
