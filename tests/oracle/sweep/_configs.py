@@ -148,6 +148,18 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "uvdoc": {"image_size": 64},  # the head's 5 x 5 reflect-padded convolutions need a 4 x 4 map (stride 16)
     # Its first and last layers are RepMixer blocks: three layers keep one attention layer (the map's recorders).
     "sam3_lite_text_text_model": {"num_hidden_layers": 3},
+    # Hiera stages at a third of the default widths, one block each but two in the second (its second global: a
+    # pooling block cannot be global), windows that fit the 8 x 8 patch grid of a 32-pixel image; the vision
+    # neck reads those widths and hands the mask decoder maps of the first three stages' sizes.
+    "sam2_hiera_det_model": {
+        "embed_dim_per_stage": [HIDDEN, 2 * HIDDEN, 4 * HIDDEN, 8 * HIDDEN], "blocks_per_stage": [1, 2, 1, 1],
+        "global_attention_blocks": [2], "window_size_per_stage": [4, 2, 2, 2],
+    },
+    "sam2_vision_model": {
+        "backbone_channel_list": [8 * HIDDEN, 4 * HIDDEN, 2 * HIDDEN, HIDDEN],
+        "backbone_feature_sizes": [[8, 8], [4, 4], [2, 2]],
+    },
+    "sam2_prompt_encoder": {"patch_size": 16},  # dense prompts match the image embedding: stride 16 (2 x 2)
     # The segmentation head's FPN reads four distinct layers (the default reads only the last): four layers.
     "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
     # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.
