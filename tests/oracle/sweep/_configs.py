@@ -160,6 +160,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "backbone_feature_sizes": [[8, 8], [4, 4], [2, 2]],
     },
     "sam2_prompt_encoder": {"patch_size": 16},  # dense prompts match the image embedding: stride 16 (2 x 2)
+    # The FPN (scales 4, 2, 1 of the 4 x 4 patch grid) hands the tracker's mask decoder maps of these sizes.
+    "sam3_vision_model": {"backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
     # The segmentation head's FPN reads four distinct layers (the default reads only the last): four layers.
     "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
     # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.
