@@ -9,7 +9,8 @@ None but their models read as numbers are filled (`FILL`); multimodal rotary sec
 widths and feature-layer indices are fitted to the small sizes. The vocabulary stays large enough
 to hold every special token id the config names, so multimodal placeholder tokens keep their
 meaning. Families where that is not enough get explicit overrides in `OVERRIDES` (applied to the
-config, or to any sub-config, of that model type).
+config, or to any sub-config, of that model type), `SUB_OVERRIDES` (one sub-config of one parent
+type) or `CLASS_OVERRIDES` (the root config of one class).
 """
 
 from __future__ import annotations
@@ -125,7 +126,6 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Its global encoder's layers and the encoder layers whose states it stacks (indices of the full model).
     "mllama_vision_model": {"num_global_layers": 2, "intermediate_layers_indices": [0, 1]},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
-    "layoutlmv3": {"coordinate_size": 4, "shape_size": 8},  # 4 coordinates + 2 sizes = hidden size 32
     # Image-token vocabularies ship with checkpoints (the default is None, which the model cannot build):
     # only the placeholder, so the model runs on text and its ids avoid it.
     **{family: {"vocabulary_map": {"<image>": 98}, "image_token_id": 98} for family in ("chameleon", "emu3")},
@@ -144,6 +144,78 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "hunyuan_vl_text": {
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 1, 1]},
     },
+    # 4 coordinates + 2 sizes = hidden size 32; 32-pixel images (its visual position table follows `input_size`)
+    "layoutlmv3": {"coordinate_size": 4, "shape_size": 8, "input_size": 32},
+    "lw_detr_vit": {"num_windows": 4},  # the image side per window row must split into whole windows
+    # The default names no feature level (checkpoints do; the fields derived from it are set with it), and
+    # fewer queries than the 4 x 4 patches of a 32-pixel image: each query group picks its top proposals.
+    "lw_detr": {
+        "projector_scale_factors": [1.0], "num_feature_levels": 1, "projector_in_channels": [HIDDEN],
+        "projector_out_channels": HIDDEN, "num_queries": 8,
+    },
+    "rf_detr": {"num_queries": 8},
+    # Stage widths ending at the hidden size, one block per stage. The fields the config derives from them are
+    # written out: the shrunk defaults passed back would override what it derives.
+    "efficientloftr": {
+        "out_features": [16, 16, 32, 32], "stage_num_blocks": [1, 1, 1, 1], "stage_in_channels": [1, 16, 16, 32],
+        "stage_block_stride": [[2], [1], [2], [2]], "stage_block_out_channels": [[16], [16], [32], [32]],
+        "stage_block_in_channels": [[1], [16], [16], [32]], "fine_fusion_dims": [32, 32, 16],
+        "intermediate_size": 2 * HIDDEN, "num_key_value_heads": HEADS,
+        # 2-D rotary positions fill half the hidden size: head_dim * factor = hidden / 2 (4.0 for 8 heads).
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": HEADS / 2},
+    },
+    "bros": {"dim_bbox_projection": HIDDEN // HEADS},  # box positions are scored against each head's queries
+    "clipseg": {"extract_layers": [0, 1]},  # the decoder reads these vision layers (default 3, 6 and 9)
+    "uvdoc_backbone": {"out_indices": [1, 2, 3, 4, 5, 6]},  # the head fuses every bridge stage's features
+    "uvdoc": {"image_size": 64},  # the head's 5 x 5 reflect-padded convolutions need a 4 x 4 map (stride 16)
+    # Its first and last layers are RepMixer blocks: three layers keep one attention layer (the map's recorders).
+    "sam3_lite_text_text_model": {"num_hidden_layers": 3},
+    # Hiera stages at a third of the default widths, one block each but two in the second (its second global: a
+    # pooling block cannot be global), windows that fit the 8 x 8 patch grid of a 32-pixel image; the vision
+    # neck reads those widths and hands the mask decoder maps of the first three stages' sizes.
+    "sam2_hiera_det_model": {
+        "embed_dim_per_stage": [HIDDEN, 2 * HIDDEN, 4 * HIDDEN, 8 * HIDDEN], "blocks_per_stage": [1, 2, 1, 1],
+        "global_attention_blocks": [2], "window_size_per_stage": [4, 2, 2, 2],
+    },
+    "sam2_vision_model": {
+        "backbone_channel_list": [8 * HIDDEN, 4 * HIDDEN, 2 * HIDDEN, HIDDEN],
+        "backbone_feature_sizes": [[8, 8], [4, 4], [2, 2]],
+    },
+    "sam2_prompt_encoder": {"patch_size": 16},  # dense prompts match the image embedding: stride 16 (2 x 2)
+    # The FPN (scales 4, 2, 1 of the 4 x 4 patch grid) hands the tracker's mask decoder maps of these sizes.
+    "sam3_vision_model": {"backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
+    # The segmentation head's FPN reads four distinct layers (the default reads only the last): four layers.
+    "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
+    # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.
+    "dpt": {"backbone_out_indices": [0, 1], "neck_hidden_sizes": [16, 32], "reassemble_factors": [2, 1]},
+    "prompt_depth_anything": {
+        "neck_hidden_sizes": [16, 32], "reassemble_factors": [2, 1],
+        "backbone_config": {
+            "model_type": "dinov2", "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+            "image_size": 32, "patch_size": 8, "out_indices": [1, 2], "reshape_hidden_states": False,
+        },
+    },
+    # The queries join for the last `num_blocks` layers (default 4, more than the 2 lowered layers): the last one.
+    **{family: {"num_blocks": 1} for family in ("eomt", "eomt_dinov3")},
+    # The default has no dense-prediction head (each checkpoint names its own): two upsampling blocks, one
+    # refinement conv, and the pointmap head's focal-length scale branch. Key/value heads per layer are
+    # derived again from the lowered head counts: one full-attention layer, then one grouped-query layer.
+    "sapiens2": {
+        "num_key_value_heads_per_layer": None, "num_key_value_attention_heads": 2,
+        "num_first_full_attention_layers": 1, "num_last_full_attention_layers": 0,
+        "head_config": {
+            "upsample_out_channels": [16, 16], "conv_out_channels": [16],
+            "scale_conv_out_channels": [16], "scale_final_hidden_sizes": [16, 16],
+        },
+    },
+}
+
+
+# (parent model_type, sub-config name) -> fields set on that sub-config only (the same sub-config type
+# elsewhere keeps its defaults).
+SUB_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
+    # The neck fuses the four stages the parent's default backbone names (the generic shrinking drops them).
+    ("pp_ocrv5_mobile_det", "backbone_config"): {"out_indices": [2, 3, 4, 5]},
 }
 
 
@@ -273,7 +345,7 @@ def _fill(values: dict[str, Any]) -> None:
             values[key] = value
 
 
-def _shrunk(config: Any, level: str, mrope: list[int] | None = None) -> Any:
+def _shrunk(config: Any, level: str, mrope: list[int] | None = None, extra: dict[str, Any] | None = None) -> Any:
     """A copy of `config` (a PreTrainedConfig) with small sizes; sub-configs shrunk the same way.
 
     `level` "small" lowers every field of SIZES; "layers" only the layer counts (widths stay).
@@ -290,7 +362,7 @@ def _shrunk(config: Any, level: str, mrope: list[int] | None = None) -> Any:
     for name in getattr(config, "sub_configs", {}) or {}:
         sub = getattr(config, name, None)
         if sub is not None and hasattr(sub, "to_dict"):
-            values[name] = _shrunk(sub, level, mrope)
+            values[name] = _shrunk(sub, level, mrope, SUB_OVERRIDES.get((getattr(config, "model_type", None), name)))
     if level == "small" and isinstance(values.get("vocab_size"), int):
         values["vocab_size"] = max([99, *(i + 1 for i in _special_token_ids(values))])
     _fill(values)
@@ -302,7 +374,7 @@ def _shrunk(config: Any, level: str, mrope: list[int] | None = None) -> Any:
         values["use_cache"] = False  # a cache is not compared; hybrid (linear attention) caches refuse some calls
     _mrope(values, mrope)
     _mamba(values)
-    overrides = OVERRIDES.get(getattr(config, "model_type", None), {})
+    overrides = {**OVERRIDES.get(getattr(config, "model_type", None), {}), **(extra or {})}
     values.update(overrides)
     try:
         shrunk = type(config)(**values)
@@ -370,6 +442,9 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
         "contrastive_hidden_size": 16, "logit_scale_init_value": 2.6592, "hidden_size": 64,
         "text_config.hidden_size": 64,
     },
+    # Built by UVDoc's backbone with the backbone's config, though its class names the whole model's: the
+    # bridge stages (channels, dilation) that config would give it, two of them.
+    "UVDocBridge": {"stage_configs": [[[128, 1]], [[128, 2], [128, 3]]]},
 }
 
 

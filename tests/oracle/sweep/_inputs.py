@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from ._parts import part_inputs
+
 __all__ = ["build_inputs", "forward_parameters"]
 
 BATCH = 2
@@ -97,13 +99,17 @@ def _width(config: Any) -> int:
 
 def hidden_states(config: Any, seed: int = 7) -> torch.Tensor:
     """What an encoder stack takes: (batch, channels, 8, 8) for a conv stack (`hidden_sizes`), else
-    (batch, seq, width), the width being the encoder's `input_dim` where it names one."""
+    (batch, seq, width), the width being the encoder's `input_dim` (or the neck's `post_conv_out_channels`)
+    where it names one (and the batch `num_windows` times larger for a windowed encoder, whose global
+    layers regroup the windows)."""
     sizes = getattr(config, "hidden_sizes", None)
     if isinstance(sizes, (list, tuple)) and sizes:
         return torch.randn(BATCH, sizes[0], 8, 8, generator=_generator(seed))
-    width = getattr(config, "input_dim", None)
+    width = getattr(config, "input_dim", None) or getattr(config, "post_conv_out_channels", None)  # (SLANet's head)
     width = width if isinstance(width, int) else _width(config)
-    return torch.randn(BATCH, SEQ, width, generator=_generator(seed))
+    windows = getattr(config, "num_windows", None)  # windowed ViT (LW-DETR): one row per image and window
+    batch = BATCH * windows if isinstance(windows, int) and not isinstance(windows, bool) else BATCH
+    return torch.randn(batch, SEQ, width, generator=_generator(seed))
 
 
 def conv_input(model: Any, seed: int = 7) -> torch.Tensor | None:
@@ -272,6 +278,9 @@ def generic_inputs(model: Any) -> dict[str, Any]:
     config = model.config
     parameters = forward_parameters(model)
     ordered = list(_signature(model).parameters)[1:]
+    part = part_inputs(model, parameters)  # encoders and decoders fed by their parent model (DETR parts, ...)
+    if part is not None:
+        return part
     if any(name.endswith("grid_thw") for name in ordered[:3]) and ordered[0] in ("hidden_states", "pixel_values"):
         return grid_patches(config, ordered)
     if "past_values" in parameters:
@@ -301,6 +310,8 @@ def generic_inputs(model: Any) -> dict[str, Any]:
         inputs["encoder_hidden_states"] = torch.randn(BATCH, 2 * SEQ, width, generator=_generator(17))
     if "num_patches" in required and main == "inputs_embeds":
         inputs["num_patches"] = SEQ // 2 + 1  # leading image tokens, then queries (DeepSeek-OCR 2 encoder)
+    if name in NEEDS_ATTENTION_MASK:
+        inputs["attention_mask"] = torch.ones_like(inputs[main])
     encoder_decoder = getattr(config, "is_encoder_decoder", False)
     if main == "input_ids":
         if name.endswith("ForMultipleChoice"):
@@ -331,8 +342,8 @@ def generic_inputs(model: Any) -> dict[str, Any]:
 
 def _main_input(model: Any, main: str) -> torch.Tensor:
     """The main input, shaped for what the model reads: codec channels, spectrograms (AST, conformer
-    or Whisper-style layouts), longer audio for x-vector heads, clips for video models, one row per
-    codebook for MusicGen."""
+    or Whisper-style layouts), longer audio for x-vector heads, clips for video models, image pairs
+    for keypoint matchers, one row per codebook for MusicGen."""
     config, name = model.config, type(model).__name__
     tensor = BUILDERS[main](config)
     if main == "hidden_states" and conv_input(model) is not None:
@@ -355,6 +366,8 @@ def _main_input(model: Any, main: str) -> torch.Tensor:
     step = getattr(config, "samples_per_token", None)
     if main == "input_values" and isinstance(step, int) and step > 0 and tensor.shape[1] % step:
         tensor = input_values(config, length=-(-tensor.shape[1] // step) * step)  # whole tokens (MuseSpark audio)
+    if main == "pixel_values" and getattr(config, "model_type", None) in IMAGE_PAIRS:
+        tensor = torch.stack([tensor, pixel_values(config, seed=14)], dim=1)  # (batch, 2, channels, height, width)
     if main == "pixel_values" and _is_video(model):
         tensor = video(config)
         if name.startswith("XCLIPVision"):
@@ -363,6 +376,13 @@ def _main_input(model: Any, main: str) -> torch.Tensor:
     if main == "input_ids" and isinstance(codebooks, int) and "musicgen" in type(model).__module__:
         tensor = torch.cat([token_ids(config, seed=1 + i) for i in range(codebooks)])  # (batch * codebooks, seq)
     return tensor
+
+
+# Classes whose forward reads an attention mask its signature leaves optional.
+NEEDS_ATTENTION_MASK = ("BrosSpadeEEForTokenClassification",)
+
+# Keypoint matchers: their pixels are image pairs.
+IMAGE_PAIRS = ("efficientloftr", "lightglue", "superglue")
 
 
 def _codebooks(model: Any) -> Any:
