@@ -9,6 +9,10 @@ A composite that returns its parts' captures inside nested outputs (`CLIPModel`'
 `vision_model_output`) is compared there too: each nested field `<part>_output(s)` holds the captures
 of the submodule `<part>...`, which `trace` exposes under the key's name whose values' module paths
 lie in that submodule (`text_model_hidden_states`, see `nested_captures`).
+A class whose forward carries the capture decorator with an empty map of its own (`M2M100Model`,
+`GitForCausalLM`: the decorated encoder, decoder or base model inside records) is compared on its
+nested models' keys, in the fields its output returns them: `<key>` and `<label>_<key>`
+(`encoder_hidden_states`, `decoder_attentions`), the names `trace` exposes them under.
 Every tensor is compared with `torch.equal`; the seed is reset before every forward, so models that
 draw random numbers in eval mode (masking, noise) draw the same ones.
 """
@@ -47,12 +51,13 @@ class Built:
     keys: list[str]
     expected: dict[str, Any]
     level: str = "small"
+    nested_map: bool = False  # the keys are those of nested models' maps (the class's own map is empty)
 
     @property
     def compared(self) -> list[str]:
         """The reference's entries to compare: the keys returned at the top, then `<field>.<key>` for
         each nested output field that returns a key."""
-        top = [key for key in self.keys if self.expected[key] is not None]
+        top = [key for key in self.keys if self.expected[key] is not None] + self.expected[PREFIXED]
         return top + [f"{name}.{key}" for name in self.expected[NESTED] for key in self.keys if f"{name}.{key}" in self.expected]
 
 
@@ -68,6 +73,7 @@ class Result:
     level: str = ""  # the shrinking level the model was built at
     keys: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # map keys the model's own output does not return
+    nested_map: bool = False  # compared on nested models' keys: the class's own map is empty
     variants: dict[str, str] = field(default_factory=dict)  # variant -> "equal" | "differs: ..." | "error: ..."
 
 
@@ -82,6 +88,14 @@ def output_keys(model_cls: type) -> list[str]:
     return list(getattr(model_cls, "_can_record_outputs", None) or {})
 
 
+def nested_keys(model: nn.Module) -> list[str]:
+    """The keys of the maps of the models a model holds (in `named_modules` order): what a class with an
+    empty map of its own returns, recorded by its decorated encoder, decoder or base model."""
+    return list(dict.fromkeys(
+        key for _, module in model.named_modules() for key in (getattr(type(module), "_can_record_outputs", None) or {})
+    ))
+
+
 def flags(keys: list[str]) -> dict[str, bool]:
     requested = {f"output_{key}": True for key in keys}
     if {"cross_attentions", "mask_decoder_attentions"} & set(keys):
@@ -90,6 +104,7 @@ def flags(keys: list[str]) -> dict[str, bool]:
 
 
 NESTED = "<nested>"  # the reference's entry listing nested outputs that carry the map's keys
+PREFIXED = "<prefixed>"  # the reference's entry listing its `<label>_<key>` fields (empty-map classes only)
 
 
 def _field(output: Any, key: str) -> Any:
@@ -99,14 +114,21 @@ def _field(output: Any, key: str) -> Any:
     return getattr(output, key, None)
 
 
-def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]) -> dict[str, Any]:
+def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str], prefixed: bool = False) -> dict[str, Any]:
     """The model's own output with every flag on: key -> its value (None when not returned at the top);
     under `NESTED`, the fields of the output that hold a nested output carrying one of the keys, and
-    `<field>.<key>` -> each key such a nested output returns."""
+    `<field>.<key>` -> each key such a nested output returns; with `prefixed`, under `PREFIXED` the
+    fields `<label>_<key>` holding a tuple (`encoder_hidden_states`), each also an entry."""
     torch.manual_seed(SEED)
     with torch.no_grad():
         output = model(**inputs, **flags(keys))
     found = {key: _field(output, key) for key in keys}
+    names = list(output.keys()) if hasattr(output, "keys") else []
+    found[PREFIXED] = [
+        name for name in names
+        if prefixed and any(name.endswith("_" + key) for key in keys) and isinstance(output[name], (tuple, list))
+    ]
+    found.update((name, output[name]) for name in found[PREFIXED])
     found[NESTED] = [
         name for name in (output.keys() if hasattr(output, "keys") else ())
         if any(_field(output[name], key) is not None for key in keys) and hasattr(output[name], "keys")
@@ -181,8 +203,10 @@ def _build(target: Target, level: str) -> Built:
         stage = "inputs"
         inputs = build_inputs(model)
         keys = output_keys(cls)
+        nested_map = not keys
+        keys = keys or nested_keys(model)
         stage = "forward"
-        return Built(target, model, inputs, keys, reference(model, inputs, keys), level)
+        return Built(target, model, inputs, keys, reference(model, inputs, keys, nested_map), level, nested_map)
     except Exception as error:
         raise StageError(stage, error) from error
 
@@ -239,7 +263,7 @@ def _captures(built: Built, variant: str) -> dict[str, Any]:
         twin, switched = redecorate(model)
         if not switched:
             raise LookupError("no module of the model carries transformers' capture decorator")
-        return reference(twin, inputs, built.keys)
+        return reference(twin, inputs, built.keys, built.nested_map)
     if variant == "a":
         spec = None
     else:
@@ -247,7 +271,7 @@ def _captures(built: Built, variant: str) -> dict[str, Any]:
     torch.manual_seed(SEED)
     with torch.no_grad(), yamltrace.trace(model, spec) as captures:
         model(**inputs)
-    found = {key: captures[key] if key in captures else None for key in built.keys}
+    found = {key: captures[key] if key in captures else None for key in built.keys + built.expected[PREFIXED]}
     return found | nested_captures(captures, [entry for entry in built.compared if "." in entry])
 
 
@@ -272,7 +296,7 @@ def compare_target(target: Target, variants: tuple[str, ...] = VARIANTS) -> Resu
     except StageError as failure:
         result.status, result.reason = failure.stage, short(failure.error)
         return result
-    result.keys, result.level = built.keys, built.level
+    result.keys, result.level, result.nested_map = built.keys, built.level, built.nested_map
     result.missing = [key for key in built.keys if built.expected[key] is None]
     if not built.compared:
         result.status = "no-output"
