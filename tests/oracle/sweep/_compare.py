@@ -11,8 +11,16 @@ of the submodule `<part>...`, which `trace` exposes under the key's name whose v
 lie in that submodule (`text_model_hidden_states`, see `nested_captures`).
 A class whose forward carries the capture decorator with an empty map of its own (`M2M100Model`,
 `GitForCausalLM`: the decorated encoder, decoder or base model inside records) is compared on its
-nested models' keys, in the fields its output returns them: `<key>` and `<label>_<key>`
-(`encoder_hidden_states`, `decoder_attentions`), the names `trace` exposes them under.
+nested models' keys. When the output returns none of the keys plainly (such a class, or
+`AutoformerModel`, whose map hooks nothing outside its decorated encoder and decoder), its fields
+`<label>_<key>` holding a tuple are compared (`encoder_hidden_states`, `decoder_attentions`): the
+names `trace` exposes them under, with the nested models' other keys (a decoder's
+`cross_attentions`).
+Variant b exports from the class, except for a class whose default config does not build on the meta
+device (transformers ships some with `None` fields the model needs): `spec_from_model(cls)` cannot
+see its structure (which models it holds, which recorders its configuration has: an EsmModel built
+without cross-attention), so the spec is exported from the swept instance, `spec_from_model(model)`,
+the documented route for that case; the result records why (`Result.b_export`).
 Every tensor is compared with `torch.equal`; the seed is reset before every forward, so models that
 draw random numbers in eval mode (masking, noise) draw the same ones.
 """
@@ -52,6 +60,8 @@ class Built:
     expected: dict[str, Any]
     level: str = "small"
     nested_map: bool = False  # the keys are those of nested models' maps (the class's own map is empty)
+    prefixed: bool = False  # compared on `<label>_<key>` fields: the output returns no key plainly
+    b_export: str = ""  # set by variant b when it exported from the instance: why the class could not be
 
     @property
     def compared(self) -> list[str]:
@@ -74,6 +84,8 @@ class Result:
     keys: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # map keys the model's own output does not return
     nested_map: bool = False  # compared on nested models' keys: the class's own map is empty
+    prefixed: bool = False  # compared on `<label>_<key>` fields (`encoder_hidden_states`)
+    b_export: str = ""  # variant b exported from the instance: why the class could not be built on meta
     variants: dict[str, str] = field(default_factory=dict)  # variant -> "equal" | "differs: ..." | "error: ..."
 
 
@@ -114,16 +126,18 @@ def _field(output: Any, key: str) -> Any:
     return getattr(output, key, None)
 
 
-def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str], prefixed: bool = False) -> dict[str, Any]:
+def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]) -> dict[str, Any]:
     """The model's own output with every flag on: key -> its value (None when not returned at the top);
     under `NESTED`, the fields of the output that hold a nested output carrying one of the keys, and
-    `<field>.<key>` -> each key such a nested output returns; with `prefixed`, under `PREFIXED` the
-    fields `<label>_<key>` holding a tuple (`encoder_hidden_states`), each also an entry."""
+    `<field>.<key>` -> each key such a nested output returns; when no key is returned at the top,
+    under `PREFIXED` the fields `<label>_<key>` holding a tuple (`encoder_hidden_states`), each also
+    an entry."""
     torch.manual_seed(SEED)
     with torch.no_grad():
         output = model(**inputs, **flags(keys))
     found = {key: _field(output, key) for key in keys}
     names = list(output.keys()) if hasattr(output, "keys") else []
+    prefixed = all(found[key] is None for key in keys)
     found[PREFIXED] = [
         name for name in names
         if prefixed and any(name.endswith("_" + key) for key in keys) and isinstance(output[name], (tuple, list))
@@ -206,7 +220,11 @@ def _build(target: Target, level: str) -> Built:
         nested_map = not keys
         keys = keys or nested_keys(model)
         stage = "forward"
-        return Built(target, model, inputs, keys, reference(model, inputs, keys, nested_map), level, nested_map)
+        expected = reference(model, inputs, keys)
+        if expected[PREFIXED] and not nested_map and (more := [k for k in nested_keys(model) if k not in keys]):
+            keys = keys + more  # the nested models' other keys (a decoder's cross_attentions), asked for too
+            expected = reference(model, inputs, keys)
+        return Built(target, model, inputs, keys, expected, level, nested_map, bool(expected[PREFIXED]))
     except Exception as error:
         raise StageError(stage, error) from error
 
@@ -255,6 +273,27 @@ def difference(actual: Any, expected: Any, where: str) -> str | None:
     return f"{where}: {type(actual).__name__} vs {type(expected).__name__}"
 
 
+def meta_failure(cls: type) -> str | None:
+    """Why `cls` cannot be built from its default config on the meta device, or None if it can."""
+    try:
+        with torch.device("meta"):
+            cls(cls.config_class())
+    except Exception as error:
+        return short(error, 100)
+    return None
+
+
+def exported_spec(built: Built) -> Any:
+    """Variant b's spec through YAML: exported from the class, or from the instance when the class's
+    default config does not build on the meta device (then `built.b_export` says why)."""
+    import yamltrace
+
+    cls = type(built.model)
+    built.b_export = meta_failure(cls) or ""
+    spec = yamltrace.spec_from_model(built.model if built.b_export else cls)
+    return yamltrace.load_spec(spec.to_yaml())
+
+
 def _captures(built: Built, variant: str) -> dict[str, Any]:
     import yamltrace
 
@@ -263,11 +302,11 @@ def _captures(built: Built, variant: str) -> dict[str, Any]:
         twin, switched = redecorate(model)
         if not switched:
             raise LookupError("no module of the model carries transformers' capture decorator")
-        return reference(twin, inputs, built.keys, built.nested_map)
+        return reference(twin, inputs, built.keys)
     if variant == "a":
         spec = None
     else:
-        spec = yamltrace.load_spec(yamltrace.spec_from_model(type(model)).to_yaml())
+        spec = exported_spec(built)
     torch.manual_seed(SEED)
     with torch.no_grad(), yamltrace.trace(model, spec) as captures:
         model(**inputs)
@@ -296,7 +335,7 @@ def compare_target(target: Target, variants: tuple[str, ...] = VARIANTS) -> Resu
     except StageError as failure:
         result.status, result.reason = failure.stage, short(failure.error)
         return result
-    result.keys, result.level, result.nested_map = built.keys, built.level, built.nested_map
+    result.keys, result.level, result.nested_map, result.prefixed = built.keys, built.level, built.nested_map, built.prefixed
     result.missing = [key for key in built.keys if built.expected[key] is None]
     if not built.compared:
         result.status = "no-output"
@@ -304,4 +343,5 @@ def compare_target(target: Target, variants: tuple[str, ...] = VARIANTS) -> Resu
         return result
     result.status = "compared"
     result.variants = {variant: run_variant(built, variant) for variant in variants}
+    result.b_export = built.b_export
     return result
