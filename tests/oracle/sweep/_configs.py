@@ -66,6 +66,8 @@ SIZES: dict[str, int] = {
     "n_positions": 64,
     "word_embed_proj_dim": HIDDEN,
     "upsample_groups": HIDDEN,  # grouped convolutions over the (lowered) hidden size
+    # Every k-th layer sparse: k no larger than the lowered layer count keeps one sparse layer (NLLB-MoE: 4).
+    **dict.fromkeys(("encoder_sparse_step", "decoder_sparse_step"), LAYERS),
 }
 
 # Fields that some configs leave None (and their models read as-is) -> the value they get: `None` lets
@@ -80,8 +82,12 @@ DERIVED = (
     "layer_types", "mlp_layer_types", "transformers_version", "architectures", "_name_or_path", "out_features",
     "out_indices", "stage_names", "feature_size", "image_embedding_size",
 )
-# The fields the "layers" level lowers (the fallback when shrinking every size fails).
-LAYER_FIELDS = frozenset(name for name, value in SIZES.items() if value == LAYERS)
+# The layer counts: what the "layers" level lowers (the fallback when shrinking every size fails) and what
+# per-layer lists follow. Named, not read off SIZES: key/value heads and expert groups also shrink to 2.
+LAYER_FIELDS = frozenset((
+    "num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+    "num_encoder_layers", "num_decoder_layers", "depth", "num_decoder_hidden_layers",
+))
 LEVELS = ("small", "layers")
 
 # model_type -> fields set on every config (or sub-config) of that type, after shrinking.
