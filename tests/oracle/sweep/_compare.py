@@ -1,5 +1,9 @@
 """Build one tiny model and compare yamltrace's captures with what the model itself returns.
 
+Before the reference, the model runs one warm-up forward without flags: every variant runs after the
+reference, so the reference must be a later forward too. Some models change on their first forward
+(BigBird swaps its block-sparse attention modules for full attention on short sequences, after
+transformers has installed its hooks on the old ones, so a first forward returns no attentions).
 The reference is one forward with every flag of the class's map on (`output_<key>=True`, and
 `output_attentions` for cross/mask-decoder attentions). The variants:
   a  `yamltrace.trace(model)` around a forward without flags;
@@ -20,7 +24,8 @@ Variant b exports from the class, except for a class whose default config does n
 device (transformers ships some with `None` fields the model needs): `spec_from_model(cls)` cannot
 see its structure (which models it holds, which recorders its configuration has: an EsmModel built
 without cross-attention), so the spec is exported from the swept instance, `spec_from_model(model)`,
-the documented route for that case; the result records why (`Result.b_export`).
+the documented route for that case; the same for a model that replaced modules during its warm-up
+forward (its structure is no longer the one its config builds). The result records why (`Result.b_export`).
 Every tensor is compared with `torch.equal`; the seed is reset before every forward, so models that
 draw random numbers in eval mode (masking, noise) draw the same ones.
 """
@@ -61,7 +66,8 @@ class Built:
     level: str = "small"
     nested_map: bool = False  # the keys are those of nested models' maps (the class's own map is empty)
     prefixed: bool = False  # compared on `<label>_<key>` fields: the output returns no key plainly
-    b_export: str = ""  # set by variant b when it exported from the instance: why the class could not be
+    b_export: str = ""  # set by variant b when it exported from the instance: why not from the class
+    swapped: str = ""  # the module classes the warm-up forward replaced, if it replaced any
 
     @property
     def compared(self) -> list[str]:
@@ -85,7 +91,7 @@ class Result:
     missing: list[str] = field(default_factory=list)  # map keys the model's own output does not return
     nested_map: bool = False  # compared on nested models' keys: the class's own map is empty
     prefixed: bool = False  # compared on `<label>_<key>` fields (`encoder_hidden_states`)
-    b_export: str = ""  # variant b exported from the instance: why the class could not be built on meta
+    b_export: str = ""  # variant b exported from the instance: why not from the class (no meta build, swapped modules)
     variants: dict[str, str] = field(default_factory=dict)  # variant -> "equal" | "differs: ..." | "error: ..."
 
 
@@ -220,13 +226,25 @@ def _build(target: Target, level: str) -> Built:
         nested_map = not keys
         keys = keys or nested_keys(model)
         stage = "forward"
+        swapped = warm_up(model, inputs)
         expected = reference(model, inputs, keys)
         if expected[PREFIXED] and not nested_map and (more := [k for k in nested_keys(model) if k not in keys]):
             keys = keys + more  # the nested models' other keys (a decoder's cross_attentions), asked for too
             expected = reference(model, inputs, keys)
-        return Built(target, model, inputs, keys, expected, level, nested_map, bool(expected[PREFIXED]))
+        return Built(target, model, inputs, keys, expected, level, nested_map, bool(expected[PREFIXED]), swapped=swapped)
     except Exception as error:
         raise StageError(stage, error) from error
+
+
+def warm_up(model: nn.Module, inputs: dict[str, torch.Tensor]) -> str:
+    """Run one forward without flags; "" or which module classes it replaced (`A -> B`, sorted)."""
+    before = {path: type(module).__name__ for path, module in model.named_modules()}
+    torch.manual_seed(SEED)
+    with torch.no_grad():
+        model(**inputs)
+    after = {path: type(module).__name__ for path, module in model.named_modules()}
+    changes = {f"{before[p]} -> {after[p]}" for p in before.keys() & after.keys() if before[p] != after[p]}
+    return f"its first forward replaced {', '.join(sorted(changes))}" if changes else ""
 
 
 def _equal(actual: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -289,7 +307,7 @@ def exported_spec(built: Built) -> Any:
     import yamltrace
 
     cls = type(built.model)
-    built.b_export = meta_failure(cls) or ""
+    built.b_export = meta_failure(cls) or built.swapped
     spec = yamltrace.spec_from_model(built.model if built.b_export else cls)
     return yamltrace.load_spec(spec.to_yaml())
 
