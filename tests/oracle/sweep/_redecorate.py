@@ -3,7 +3,8 @@
 Every module of a model whose class `forward` carries transformers' `capture_outputs` gets a
 subclass whose `forward` is the same code with each decorator replaced in place: transformers'
 `capture_outputs` by yamltrace's (same `tie_last_hidden_states`), `merge_with_config_defaults` by
-yamltrace's, `can_return_tuple` kept. Any other decorator in the chain is an error (the harness
+yamltrace's, `can_return_tuple` and backbones' `filter_output_hidden_states` (which asks its forward for
+hidden states and drops them from the output unless the caller asked) kept. Any other decorator in the chain is an error (the harness
 cannot rebuild what it does not know), so nothing is silently dropped.
 """
 
@@ -25,6 +26,7 @@ class UnknownDecorator(Exception):
 
 @functools.cache
 def _codes() -> dict[Any, str]:
+    from transformers.backbone_utils import filter_output_hidden_states
     from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
     from transformers.utils.output_capturing import capture_outputs
 
@@ -35,6 +37,7 @@ def _codes() -> dict[Any, str]:
         capture_outputs(probe).__code__: "capture",
         merge_with_config_defaults(probe).__code__: "merge",
         can_return_tuple(probe).__code__: "tuple",
+        filter_output_hidden_states(probe).__code__: "filter",
     }
 
 
@@ -58,6 +61,7 @@ def _chain(cls: type) -> tuple[list[tuple[str, Callable[..., Any]]], Callable[..
 
 @functools.cache
 def _redecorated_class(cls: type) -> type:
+    from transformers.backbone_utils import filter_output_hidden_states
     from transformers.utils.generic import can_return_tuple
 
     from yamltrace.capture import capture_outputs
@@ -70,6 +74,8 @@ def _redecorated_class(cls: type) -> type:
             forward = capture_outputs(forward, tie_last_hidden_states=tie)
         elif kind == "merge":
             forward = merge_with_config_defaults(forward)
+        elif kind == "filter":
+            forward = filter_output_hidden_states(forward)
         else:
             forward = can_return_tuple(forward)
     return type(f"Yamltrace{cls.__name__}", (cls,), {"forward": forward, "__module__": cls.__module__})
