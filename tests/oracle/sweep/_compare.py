@@ -15,7 +15,7 @@ of the submodule `<part>...`, which `trace` exposes under the key's name whose v
 lie in that submodule (`text_model_hidden_states`, see `nested_captures`).
 A class whose forward carries the capture decorator with an empty map of its own (`M2M100Model`,
 `GitForCausalLM`: the decorated encoder, decoder or base model inside records) is compared on its
-nested models' keys. When the output returns none of the keys plainly (such a class, or
+nested models' keys. For a key the output does not return plainly (such a class, or
 `AutoformerModel`, whose map hooks nothing outside its decorated encoder and decoder), its fields
 `<label>_<key>` holding a tuple are compared (`encoder_hidden_states`, `decoder_attentions`): the
 names `trace` exposes them under, with the nested models' other keys (a decoder's
@@ -65,7 +65,7 @@ class Built:
     expected: dict[str, Any]
     level: str = "small"
     nested_map: bool = False  # the keys are those of nested models' maps (the class's own map is empty)
-    prefixed: bool = False  # compared on `<label>_<key>` fields: the output returns no key plainly
+    prefixed: bool = False  # some keys compared on `<label>_<key>` fields: the output does not return them plainly
     b_export: str = ""  # set by variant b when it exported from the instance: why not from the class
     swapped: str = ""  # the module classes the warm-up forward replaced, if it replaced any
 
@@ -122,7 +122,7 @@ def flags(keys: list[str]) -> dict[str, bool]:
 
 
 NESTED = "<nested>"  # the reference's entry listing nested outputs that carry the map's keys
-PREFIXED = "<prefixed>"  # the reference's entry listing its `<label>_<key>` fields (empty-map classes only)
+PREFIXED = "<prefixed>"  # the reference's entry listing its `<label>_<key>` fields (keys not returned plainly)
 
 
 def _field(output: Any, key: str) -> Any:
@@ -135,18 +135,17 @@ def _field(output: Any, key: str) -> Any:
 def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]) -> dict[str, Any]:
     """The model's own output with every flag on: key -> its value (None when not returned at the top);
     under `NESTED`, the fields of the output that hold a nested output carrying one of the keys, and
-    `<field>.<key>` -> each key such a nested output returns; when no key is returned at the top,
-    under `PREFIXED` the fields `<label>_<key>` holding a tuple (`encoder_hidden_states`), each also
-    an entry."""
+    `<field>.<key>` -> each key such a nested output returns; under `PREFIXED`, for each key not
+    returned at the top, the fields `<label>_<key>` holding a tuple (`encoder_hidden_states`), each
+    also an entry."""
     torch.manual_seed(SEED)
     with torch.no_grad():
         output = model(**inputs, **flags(keys))
     found = {key: _field(output, key) for key in keys}
     names = list(output.keys()) if hasattr(output, "keys") else []
-    prefixed = all(found[key] is None for key in keys)
     found[PREFIXED] = [
         name for name in names
-        if prefixed and any(name.endswith("_" + key) for key in keys) and isinstance(output[name], (tuple, list))
+        if any(name.endswith("_" + key) and found[key] is None for key in keys) and isinstance(output[name], (tuple, list))
     ]
     found.update((name, output[name]) for name in found[PREFIXED])
     found[NESTED] = [
@@ -228,7 +227,8 @@ def _build(target: Target, level: str) -> Built:
         stage = "forward"
         swapped = warm_up(model, inputs)
         expected = reference(model, inputs, keys)
-        if expected[PREFIXED] and not nested_map and (more := [k for k in nested_keys(model) if k not in keys]):
+        plain = any(expected[key] is not None for key in keys)
+        if expected[PREFIXED] and not plain and (more := [k for k in nested_keys(model) if k not in keys]):
             keys = keys + more  # the nested models' other keys (a decoder's cross_attentions), asked for too
             expected = reference(model, inputs, keys)
         return Built(target, model, inputs, keys, expected, level, nested_map, bool(expected[PREFIXED]), swapped=swapped)
@@ -307,7 +307,8 @@ def exported_spec(built: Built) -> Any:
     import yamltrace
 
     cls = type(built.model)
-    built.b_export = meta_failure(cls) or built.swapped
+    why = meta_failure(cls)
+    built.b_export = f"its default config does not build on the meta device ({why})" if why else built.swapped
     spec = yamltrace.spec_from_model(built.model if built.b_export else cls)
     return yamltrace.load_spec(spec.to_yaml())
 
@@ -329,7 +330,18 @@ def _captures(built: Built, variant: str) -> dict[str, Any]:
     with torch.no_grad(), yamltrace.trace(model, spec) as captures:
         model(**inputs)
     found = {key: captures[key] if key in captures else None for key in built.keys + built.expected[PREFIXED]}
+    found[EXPOSED] = {name: captures[name] for name in captures}
     return found | nested_captures(captures, [entry for entry in built.compared if "." in entry])
+
+
+EXPOSED = "<exposed>"  # every key the trace yielded (variants a, b): named in a difference when one equals the entry
+
+
+def _equal_under(actual: dict[str, Any], expected: Any, entry: str) -> str:
+    """"; equal to trace's `name`" when another key the trace yielded holds exactly the entry's values
+    (a naming difference, still a difference), else ""."""
+    names = [n for n, v in actual.get(EXPOSED, {}).items() if n != entry and v and difference(v, expected, n) is None]
+    return f"; equal to trace's {', '.join(f'`{n}`' for n in names)}" if names else ""
 
 
 def run_variant(built: Built, variant: str) -> str:
@@ -341,7 +353,7 @@ def run_variant(built: Built, variant: str) -> str:
     for key in built.compared:
         found = difference(actual.get(key), built.expected[key], key)
         if found:
-            return f"differs: {found}"
+            return f"differs: {found}{_equal_under(actual, built.expected[key], key)}"
     return "equal"
 
 
