@@ -145,7 +145,8 @@ def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]
     names = list(output.keys()) if hasattr(output, "keys") else []
     found[PREFIXED] = [
         name for name in names
-        if any(name.endswith("_" + key) and found[key] is None for key in keys) and isinstance(output[name], (tuple, list))
+        if name not in keys and any(name.endswith("_" + key) and found[key] is None for key in keys)
+        and isinstance(output[name], (tuple, list))
     ]
     found.update((name, output[name]) for name in found[PREFIXED])
     found[NESTED] = [
