@@ -304,7 +304,8 @@ def meta_failure(cls: type) -> str | None:
 
 def exported_spec(built: Built) -> Any:
     """Variant b's spec through YAML: exported from the class, or from the instance when the class's
-    default config does not build on the meta device (then `built.b_export` says why)."""
+    default config does not build on the meta device or its warm-up forward replaced modules (then
+    `built.b_export` says why)."""
     import yamltrace
 
     cls = type(built.model)

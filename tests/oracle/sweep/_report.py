@@ -45,6 +45,12 @@ CAUSES: dict[str, str] = {
     "pp_ocrv5_server_rec.PPOCRV5ServerRecModel": "its hidden states are the HGNetV2 backbone's, collected by hand; "
     "no module carries the capture decorator (variant c has nothing to re-decorate) and its map's blocks are not "
     "in the model.",
+    "flint.FlintModel": "tiny config: `mlp_only_layers` defaults to [0, 1], so a 2-layer model has no MoE layer and "
+    "the class's FlintTopKRouter recorder (present in the default config) matches nothing; an override "
+    "`mlp_only_layers: [0]` keeps one.",
+    "sam3_lite_text.Sam3LiteTextTextModel": "tiny config: with `use_repmixer_blocks` the first and last layers are "
+    "RepMixer blocks, so a 2-layer model has no Sam3LiteTextTextEncoderLayer for the class's recorders (present in "
+    "the default config); an override of 3 layers keeps one.",
     "timesfm2_5.TimesFm2_5ModelForPrediction": "calls its base model twice per forward (the series and its "
     "negation: `force_flip_invariance`) and returns the first call's captures; trace keeps every call of a scope "
     "(2 x 3 hidden states).",
