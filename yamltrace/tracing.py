@@ -200,7 +200,9 @@ def trace(
     outer, model = model, unwrap(model)
     scopes, explicit = _resolve(model, spec, strict)
     paths = [s.path for s in scopes]
-    top = outermost(paths)
+    # A scope that records nothing (a decorated forward with an empty map: M2M100Model, GitForCausalLM)
+    # only shadows; its forward returns its nested models' captures, so those are what the block yields.
+    top = outermost([s.path for s in scopes if s.tasks])
     hooked: dict[str, set[str]] = {}
     for scope in scopes:
         if scope.path in top:

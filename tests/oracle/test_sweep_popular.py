@@ -65,3 +65,37 @@ def _cases() -> list:
 def test_captures_equal_the_models_own_outputs(target_id: str, variant: str) -> None:
     outcome = run_variant(built(target_id), variant)
     assert outcome == "equal", f"{target_id}, variant {variant}: {outcome}"
+
+
+# Beyond the popular families: one class of each kind the comparison itself handles specially.
+SPECIAL = enumerate_targets(("m2m_100", "big_bird", "ministral"))
+
+
+@functools.cache
+def built_special(target_id: str) -> Built:
+    return build(next(target for target in SPECIAL if target.id == target_id))
+
+
+def test_a_decorated_class_with_an_empty_map_is_compared_on_its_nested_models_keys() -> None:
+    model = built_special("m2m_100.M2M100Model")
+    assert model.nested_map and model.keys == ["hidden_states", "attentions", "cross_attentions"]
+    assert model.compared == [
+        "cross_attentions", "decoder_hidden_states", "decoder_attentions", "encoder_hidden_states", "encoder_attentions",
+    ]
+    assert [run_variant(model, variant) for variant in VARIANTS] == ["equal"] * 3
+
+
+def test_a_model_that_replaces_modules_on_its_first_forward_is_warmed_up() -> None:
+    model = built_special("big_bird.BigBirdModel")
+    assert model.swapped == "its first forward replaced BigBirdBlockSparseAttention -> BigBirdSelfAttention"
+    assert len(model.expected["attentions"]) == 2  # the first forward alone returns none: hooks on the old modules
+    assert [run_variant(model, variant) for variant in VARIANTS] == ["equal"] * 3
+    assert model.b_export == model.swapped  # the class's structure is not the instance's: exported from it
+
+
+def test_a_class_whose_default_config_does_not_build_on_meta_exports_b_from_the_instance() -> None:
+    model = built_special("ministral.MinistralForCausalLM")
+    assert run_variant(model, "b") == "equal"
+    assert model.b_export.startswith("its default config does not build on the meta device (TypeError")
+    llama = built("llama.LlamaForCausalLM")
+    assert run_variant(llama, "b") == "equal" and llama.b_export == ""

@@ -60,7 +60,9 @@ def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
     Given a class, the model is built from its default config on the meta device to find its
     decorated submodules; given an instance, that instance's structure (and configuration) is used.
     The capture decorator's `tie_last_hidden_states=False` becomes the option
-    `tie_last_hidden_states: false` (of the scope it belongs to).
+    `tie_last_hidden_states: false` (of the scope it belongs to). Scopes inherit the top-level
+    options, so under a top-level `false` a scope that ties is written `tie_last_hidden_states: true`;
+    a root that records nothing (its map is empty) writes no options.
 
     Args:
         cls_or_model: a model class (built from its default config on the meta device) or instance.
@@ -89,14 +91,17 @@ def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
     scopes = decorated_paths(model) or [""]
     outputs: dict[str, list[OutputRecorder]] = {}
     options: dict[str, Any] = {}
-    sections: dict[str, SpecScope] = {}
+    parts: dict[str, tuple[dict[str, list[OutputRecorder]], dict[str, Any]]] = {}
     for path in scopes:
         module = model.get_submodule(path)
         recorders = _marked(model, path, scopes, _own_map(module))
         if path == "":
-            outputs, options = recorders, _options(module)
+            outputs, options = recorders, _options(module) if recorders else {}
         else:
-            sections[path] = SpecScope(recorders, _options(module))
+            parts[path] = (recorders, _options(module))
+    # A scope inherits the top-level options: under a top-level `false`, one that ties says so.
+    inherited = {"tie_last_hidden_states": True} if options else {}
+    sections = {path: SpecScope(recorders, inherited | own) for path, (recorders, own) in parts.items()}
     if not outputs and not any(scope.outputs for scope in sections.values()):
         raise ValueError(f"{model_cls.__name__} declares no _can_record_outputs, so there is no spec to export.")
     return Spec(outputs=outputs, options=options, model=model_cls.__name__, scopes=sections)

@@ -67,6 +67,8 @@ SIZES: dict[str, int] = {
     "n_positions": 64,
     "word_embed_proj_dim": HIDDEN,
     "upsample_groups": HIDDEN,  # grouped convolutions over the (lowered) hidden size
+    # Every k-th layer sparse: k no larger than the lowered layer count keeps one sparse layer (NLLB-MoE: 4).
+    **dict.fromkeys(("encoder_sparse_step", "decoder_sparse_step"), LAYERS),
 }
 
 # Fields that some configs leave None (and their models read as-is) -> the value they get: `None` lets
@@ -83,8 +85,12 @@ DERIVED = (
 )
 # Single layer indices besides feature layers (MiniCPM-V's vision merger runs after layer `insert_layer_id`).
 LAYER_INDEX_FIELDS = ("insert_layer_id",)
-# The fields the "layers" level lowers (the fallback when shrinking every size fails).
-LAYER_FIELDS = frozenset(name for name, value in SIZES.items() if value == LAYERS)
+# The layer counts: what the "layers" level lowers (the fallback when shrinking every size fails) and what
+# per-layer lists follow. Named, not read off SIZES: key/value heads and expert groups also shrink to 2.
+LAYER_FIELDS = frozenset((
+    "num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+    "num_encoder_layers", "num_decoder_layers", "depth", "num_decoder_hidden_layers",
+))
 LEVELS = ("small", "layers")
 
 # model_type -> fields set on every config (or sub-config) of that type, after shrinking.
@@ -358,7 +364,7 @@ def _shrunk(config: Any, level: str, mrope: list[int] | None = None, extra: dict
         if level == "small" or key in LAYER_FIELDS:
             values[key] = _lowered(key, value)
     _per_layer(values, before, _layer_count(values), level)
-    _feature_layers(values, _layer_count(values))
+    _feature_layers(values, _layer_count(values) or LAYERS)  # an adapter's indices name a lowered tower's layers
     for name in getattr(config, "sub_configs", {}) or {}:
         sub = getattr(config, name, None)
         if sub is not None and hasattr(sub, "to_dict"):

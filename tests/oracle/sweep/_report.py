@@ -12,11 +12,61 @@ __all__ = ["totals", "render"]
 
 BUILT = ("inputs", "forward", "no-output", "compared")  # statuses reached after the model was constructed
 
+# Why a compared class differs, where it was diagnosed (class -> cause; shown beside each difference).
+# The class stays counted as differing: these are what its own output returns, not what its hooks record.
+CAUSES: dict[str, str] = {
+    **dict.fromkeys(
+        ("bridgetower.BridgeTowerModel", "bridgetower.BridgeTowerForMaskedLM", "bridgetower.BridgeTowerForImageAndTextRetrieval"),
+        "BridgeTowerModel builds `hidden_states` by hand: (text, image, cross-modal) tuples its forward appends, "
+        "not what its map's hooks record.",
+    ),
+    "groupvit.GroupViTModel": "the vision tower (GroupViTVisionTransformer: no capture decorator, empty map) collects "
+    "its hidden states by hand (`all_hidden_states` in GroupViTVisionEncoder).",
+    "swin.SwinBackbone": "returns the encoder's `reshaped_hidden_states` (captures taken before downsampling and "
+    "reshaped by hand to batch, channels, height, width) as `hidden_states`.",
+    "csm.CsmForConditionalGeneration": "naming: returns its backbone's captures under the plain names; its map's "
+    "classes (CsmDecoderLayer, CsmAttention) are held by the backbone and the depth decoder, so no scope owns the "
+    "plain names and trace prefixes them (`backbone_model_hidden_states`: equal).",
+    "pocket_tts_audio_tokenizer.PocketTTSAudioTokenizerModel": "naming: returns its encoder's captures under the "
+    "plain names; encoder and decoder both hook them and no owner rule singles one out, so trace prefixes both "
+    "(`encoder_hidden_states`: equal).",
+    "musicgen_melody.MusicgenMelodyForConditionalGeneration": "naming: returns its decoder's captures under the "
+    "plain names; the text encoder and the decoder both hook them, so trace prefixes both "
+    "(`decoder_hidden_states`: equal).",
+    **dict.fromkeys(
+        ("pp_ocrv5_mobile_rec.PPOCRV5MobileRecForTextRecognition", "pp_ocrv6_small_rec.PPOCRV6SmallRecForTextRecognition"),
+        "naming: returns its backbone's captures as `hidden_states` and those of the blocks its own map names (the "
+        "SVTR head encoder) as `head_hidden_states`; trace follows the map (`hidden_states` equal the "
+        "`head_hidden_states`, `model_backbone_encoder_hidden_states` the `hidden_states`).",
+    ),
+    "pp_ocrv5_server_rec.PPOCRV5ServerRecForTextRecognition": "returns the HGNetV2 backbone's hidden states, "
+    "collected by hand (no capture decorator), as `hidden_states`; its SVTR head encoder's captures "
+    "(`head_hidden_states`) equal trace's `hidden_states`.",
+    "pp_ocrv5_server_rec.PPOCRV5ServerRecModel": "its hidden states are the HGNetV2 backbone's, collected by hand; "
+    "no module carries the capture decorator (variant c has nothing to re-decorate) and its map's blocks are not "
+    "in the model.",
+    "flint.FlintModel": "tiny config: `mlp_only_layers` defaults to [0, 1], so a 2-layer model has no MoE layer and "
+    "the class's FlintTopKRouter recorder (present in the default config) matches nothing; an override "
+    "`mlp_only_layers: [0]` keeps one.",
+    "sam3_lite_text.Sam3LiteTextTextModel": "tiny config: with `use_repmixer_blocks` the first and last layers are "
+    "RepMixer blocks, so a 2-layer model has no Sam3LiteTextTextEncoderLayer for the class's recorders (present in "
+    "the default config); an override of 3 layers keeps one.",
+    "timesfm2_5.TimesFm2_5ModelForPrediction": "calls its base model twice per forward (the series and its "
+    "negation: `force_flip_invariance`) and returns the first call's captures; trace keeps every call of a scope "
+    "(2 x 3 hidden states).",
+}
+
 
 def totals(results: Iterable[Result]) -> dict[str, int]:
-    """Counts over results: enumerated, built, ran, compared, and equal/differs/error per variant."""
+    """Counts over results: enumerated, built, ran, compared, and equal/differs/error per variant; how many
+    compared classes were compared on nested maps' keys, on `<label>_<key>` fields, and with variant b
+    exported from the instance."""
     results = list(results)
     counts = {"enumerated": len(results)}
+    compared = [r for r in results if r.status == "compared"]
+    counts["nested_map"] = sum(r.nested_map for r in compared)
+    counts["prefixed"] = sum(r.prefixed for r in compared)
+    counts["b_instance"] = sum(bool(r.b_export) for r in compared)
     counts["built"] = sum(r.status in BUILT for r in results)
     counts["ran"] = sum(r.status in ("no-output", "compared") for r in results)
     counts["compared"] = sum(r.status == "compared" for r in results)
@@ -79,6 +129,16 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         "`_inputs.py`; the popular families also run in the default suite (`tests/oracle/test_sweep_popular.py`).",
         f"Models that fail at the small sizes are retried with only their layer counts lowered: "
         f"{sum(r.level == 'layers' and r.status == 'compared' for r in results)} of the compared classes were built that way.",
+        "Each model runs one warm-up forward before the reference: every variant runs after it, and some models change",
+        "on their first forward (BigBird swaps its block-sparse attention for full attention on short inputs, after",
+        "transformers has hooked the old modules).",
+        f"{t['nested_map']} compared classes declare an empty map but carry the capture decorator (their encoder, decoder",
+        "or base model records): they are compared on their nested models' keys. "
+        f"{t['prefixed']} return some keys only as `<label>_<key>`",
+        "fields (`encoder_hidden_states`, `decoder_attentions`): those are compared with the keys `trace` yields under the same names.",
+        f"Variant b exported the spec from the swept instance (`spec_from_model(model)`) for {t['b_instance']} classes, whose",
+        "default config does not build on the meta device (or whose first forward replaced modules), so that",
+        "`spec_from_model(cls)` cannot see their structure; the others export from the class (see below).",
         "",
         "## Totals",
         "",
@@ -105,15 +165,29 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         "",
         "## Compared but not equal",
         "",
-        "The first difference per variant (`key[index]`: what differs; *error*: the variant raised).",
+        "The first difference per variant (`key[index]`: what differs; *error*: the variant raised; \"equal to",
+        "trace's `name`\": another key `trace` yields holds exactly these values) and, where diagnosed, its cause.",
         "",
-        "| class | variant | result |",
-        "|---|---|---|",
+        "| class | variant | result | cause |",
+        "|---|---|---|---|",
     ]
     for result in results:
         for variant, outcome in result.variants.items():
             if outcome != "equal":
-                lines.append(f"| {result.target} | {variant} | {_cell(outcome)} |")
+                lines.append(f"| {result.target} | {variant} | {_cell(outcome)} | {_cell(CAUSES.get(result.target, ''))} |")
+    instance = [r for r in results if r.status == "compared" and r.b_export]
+    lines += [
+        "",
+        "## Variant b exported from the instance",
+        "",
+        "`spec_from_model(cls)` builds the class from its default config on the meta device; where that fails",
+        "(transformers ships some defaults with `None` fields the model needs) or the model replaced modules on its",
+        "first forward, variant b exports from the swept instance instead (`spec_from_model(model)`).",
+        "",
+        "| class | why not from the class |",
+        "|---|---|",
+        *(f"| {r.target} | {_cell(r.b_export)} |" for r in instance),
+    ]
     lines += [
         "",
         "## Not compared",

@@ -180,3 +180,29 @@ def test_no_warning_when_the_modules_did_not_run() -> None:
         with trace(tiny) as captures:
             pass
     assert captures["attentions"] == ()
+
+
+class _DecoratedEncoderDecoder(EncoderDecoder):
+    """An encoder-decoder whose forward carries the capture decorator with an empty map (like M2M100Model):
+    it records nothing itself and returns its parts' captures."""
+
+    _can_record_outputs: dict[str, Any] = {}
+
+    @capture_outputs
+    def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> dict[str, Any]:
+        return super().forward(input_ids, **kwargs)
+
+
+def test_a_decorated_forward_with_an_empty_map_yields_its_nested_models_captures(input_ids) -> None:
+    model = build(_DecoratedEncoderDecoder)
+    with torch.no_grad():
+        own = model(input_ids, **FLAGS)
+        with trace(model) as captures:
+            model(input_ids)
+    assert set(captures) == {
+        "encoder_hidden_states", "encoder_attentions", "decoder_hidden_states", "decoder_attentions", "cross_attentions",
+    }
+    for part in ("encoder", "decoder"):
+        for key in ("hidden_states", "attentions"):
+            assert_same(captures[f"{part}_{key}"], own[part][key], f"{part}_{key}")
+    assert len(captures["encoder_hidden_states"]) == 3

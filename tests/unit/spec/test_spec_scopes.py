@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from helpers import assert_same
 from helpers_scopes import EncoderDecoder, Head, Outer, build
+from yamltrace.capture import capture_outputs
 from yamltrace.errors import SpecError
+from yamltrace.modeling import BaseModelOutputWithPast
 from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer
 from yamltrace.spec import load_spec, spec_from_model, validate_spec
 from yamltrace.tracing import trace
@@ -88,3 +92,36 @@ def test_export_writes_one_scope_per_decorated_model_and_marks_what_is_absent_op
         spec_from_model(EncoderDecoder)  # no config class, no decorator: its structure is unknown
     outer = spec_from_model(build(Outer))
     assert list(outer.outputs) == ["hidden_states", "attentions"] and list(outer.scopes) == ["tower"]
+
+
+class _UntiedOuter(Outer):
+    """`Outer` whose own decorator does not tie (as Llama4ForConditionalGeneration's); its tower ties."""
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> BaseModelOutputWithPast:
+        return Outer.forward.__wrapped__(self, input_ids, **kwargs)
+
+
+class _UntiedEmptyOuter(_UntiedOuter):
+    """The same with an empty map: it records nothing, its tower records and ties."""
+
+    _can_record_outputs: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("cls", [_UntiedOuter, _UntiedEmptyOuter], ids=lambda c: c.__name__)
+def test_a_scope_under_an_untied_root_keeps_its_own_tie_last(cls, input_ids) -> None:
+    model = build(cls)
+    spec = spec_from_model(model)
+    if cls is _UntiedEmptyOuter:  # nothing recorded at the top: no options to inherit
+        assert not spec.outputs and not spec.options and not spec.scopes["tower"].options
+    else:  # the top-level `false` would be inherited: the tower says it ties
+        assert dict(spec.options) == {"tie_last_hidden_states": False}
+        assert dict(spec.scopes["tower"].options) == {"tie_last_hidden_states": True}
+    with torch.no_grad():
+        with trace(model) as own:
+            model(input_ids)
+        with trace(model, load_spec(spec.to_yaml(), for_model=model)) as exported:
+            model(input_ids)
+    assert list(exported) == list(own) and own
+    for key in own:
+        assert_same(exported[key], own[key], key)
