@@ -381,9 +381,4 @@ class _ScopeSink:
 
     def __init__(self, session: Session, scope: _Scope) -> None:
         self.collector = scope.collector
-        records_into, number = session.records_into, scope.number
-
-        def recording() -> bool:
-            return records_into(number)
-
-        self.recording = recording
+        self.recording = session.scope_gate(scope.number)

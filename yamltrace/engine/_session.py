@@ -11,12 +11,12 @@ so threads (and asyncio tasks) never see each other's captures. torch.compile ca
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from typing import Any
 
 from torch import nn
-from torch.compiler import is_compiling
+from torch.compiler import is_dynamo_compiling
 
 from ._collector import Collector, Transform
 
@@ -42,7 +42,7 @@ class Session:
 
     A trace block also keeps `scopes`, the stack of its capture scopes (see `_scopes`, by their number
     in the trace) running now in the context that records: hooks of a scope record only while it is
-    the innermost (`records_into`), so a nested scope shadows its parent, as a nested decorated forward
+    the innermost (`scope_gate`), so a nested scope shadows its parent, as a nested decorated forward
     does in transformers. Numbers, not objects: torch.compile guards on them by value, so a new block
     reuses the graphs compiled for the previous one.
     """
@@ -59,14 +59,18 @@ class Session:
         """Whether hooks record into this session for the current call (see the module docstring)."""
         if not self.block:
             return _innermost_forward.get() is self
-        if is_compiling():
-            return self.open
-        return self in _open_blocks.get()
+        # Dynamo cannot read a ContextVar (is_dynamo_compiling: one call, where is_compiling makes two).
+        return self.open if is_dynamo_compiling() else self in _open_blocks.get()
 
-    def records_into(self, scope: int) -> bool:
+    def scope_gate(self, scope: int) -> Callable[[], bool]:
         """Whether hooks of scope number `scope` record for the current call: the block records and
         that scope is the innermost of its scopes running."""
-        return self.recording() and bool(self.scopes) and self.scopes[-1] == scope
+        scopes, recording = self.scopes, self.recording
+
+        def records_into() -> bool:
+            return bool(scopes) and scopes[-1] == scope and recording()
+
+        return records_into
 
     def enter(self) -> Token[Any]:
         """Start recording in this context; pass the token to `exit`."""
