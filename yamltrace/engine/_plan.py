@@ -94,25 +94,30 @@ class PlanGuard:
 
     It keeps strong references to the visited modules below the root (no weak references to follow;
     the root itself is passed in, so a guard never keeps it alive), for hooks that stay installed on
-    them anyway (`_held`); it checks the generation, then each module's class and number of children.
+    them anyway (`_held`), and to every visited module's `_modules` dict: it checks the generation,
+    the root's class, each dict's size, then each module's class. Reading the dicts kept, rather than
+    each module's `_modules` attribute (`nn.Module` defines `__getattr__`, so every attribute read
+    takes the slow path: ~600 instructions a module), halves the check. A container's deletions
+    shrink its dict (`del` of an attribute, `ModuleList.__delitem__` deletes before it rebuilds
+    `_modules`), additions go through the registration hook; replacing `_modules` by hand is the
+    direct edit docs/capture.md leaves to `invalidate()`.
     """
 
-    __slots__ = ("_generation", "_modules", "_root_class", "_root_size", "_classes", "_sizes")
+    __slots__ = ("_generation", "_modules", "_root_class", "_children", "_classes", "_sizes")
 
     def __init__(self, cached: _CachedPlan, visited: list[nn.Module]) -> None:
         self._generation = cached.generation
         self._modules = visited[1:]
-        self._root_class, self._root_size = cached.classes[0], cached.sizes[0]
-        self._classes, self._sizes = cached.classes[1:], cached.sizes[1:]
+        self._root_class = cached.classes[0]
+        self._children = list(map(_CHILDREN, visited))
+        self._classes, self._sizes = cached.classes[1:], cached.sizes
 
     def holds(self, root: nn.Module) -> bool:
-        modules = self._modules
         return (
             self._generation == _generation
             and type(root) is self._root_class
-            and len(root._modules) == self._root_size
-            and list(map(len, map(_CHILDREN, modules))) == self._sizes
-            and list(map(type, modules)) == self._classes
+            and list(map(len, self._children)) == self._sizes
+            and list(map(type, self._modules)) == self._classes
         )
 
 
