@@ -68,11 +68,11 @@ class _CachedPlan:
 
     __slots__ = ("generation", "modules", "classes", "sizes", "entries")
 
-    def __init__(self, generation: int, visited: list[nn.Module], plan: HookPlan) -> None:
+    def __init__(self, generation: int, visited: list[nn.Module], children: list[dict[str, Any]], plan: HookPlan) -> None:
         self.generation = generation
         self.modules = [weakref.ref(module) for module in visited]
         self.classes = list(map(type, visited))
-        self.sizes = list(map(len, map(_CHILDREN, visited)))
+        self.sizes = list(map(len, children))
         position = {id(module): i for i, module in enumerate(visited)}
         self.entries = [(position[id(module)], path, entries) for module, path, entries in plan]
         _watch(visited)
@@ -83,10 +83,13 @@ class _CachedPlan:
             return None
         visited = list(map(_DEREFERENCE, self.modules))
         # A collected module dereferences to None, whose class differs from the recorded one.
-        if list(map(type, visited)) != self.classes or list(map(len, map(_CHILDREN, visited))) != self.sizes:
+        if list(map(type, visited)) != self.classes:
             return None
         alive = cast("list[nn.Module]", visited)  # every class matched: none was collected
-        return [(alive[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, alive)
+        children = list(map(_CHILDREN, alive))
+        if list(map(len, children)) != self.sizes:
+            return None
+        return [(alive[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, alive, children)
 
 
 class PlanGuard:
@@ -105,11 +108,11 @@ class PlanGuard:
 
     __slots__ = ("_generation", "_modules", "_root_class", "_children", "_classes", "_sizes")
 
-    def __init__(self, cached: _CachedPlan, visited: list[nn.Module]) -> None:
+    def __init__(self, cached: _CachedPlan, visited: list[nn.Module], children: list[dict[str, Any]]) -> None:
         self._generation = cached.generation
         self._modules = visited[1:]
         self._root_class = cached.classes[0]
-        self._children = list(map(_CHILDREN, visited))
+        self._children = children  # each visited module's `_modules`
         self._classes, self._sizes = cached.classes[1:], cached.sizes
 
     def holds(self, root: nn.Module) -> bool:
@@ -202,22 +205,25 @@ def plan_hooks(
     _stats[1] += 1
     require_devices(tasks)
     generation = _generation
-    plan, visited = _walk(root, tasks, wanted, nested_maps)
-    entry = cached[cache_key] = _CachedPlan(generation, visited, plan)
-    return (plan, PlanGuard(entry, visited)) if guarded else plan
+    plan, visited, children = _walk(root, tasks, wanted, nested_maps)
+    entry = cached[cache_key] = _CachedPlan(generation, visited, children, plan)
+    return (plan, PlanGuard(entry, visited, children)) if guarded else plan
 
 
 def _walk(
     root: nn.Module, tasks: tuple[tuple[str, OutputRecorder], ...], wanted: frozenset[str] | None, nested_maps: bool
-) -> tuple[HookPlan, list[nn.Module]]:
-    """The plan of `root`, and every module visited."""
+) -> tuple[HookPlan, list[nn.Module], list[dict[str, Any]]]:
+    """The plan of `root`, every module visited, and each one's `_modules` (read once: a slow attribute)."""
     plan: HookPlan = []
     visited: list[nn.Module] = []
+    children_of: list[dict[str, Any]] = []
 
     def visit(module: nn.Module, path: str, checks: tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]) -> None:
         visited.append(module)
+        children = module._modules
+        children_of.append(children)
         seen = set()
-        for name, child in module._modules.items():
+        for name, child in children.items():
             # The children `named_children` yields: set, and each distinct module once.
             if child is None or child in seen:
                 continue
@@ -238,7 +244,7 @@ def _walk(
             plan.append((module, path, tuple(entries)))
 
     visit(root, "", _checks(tasks, wanted))
-    return plan, visited
+    return plan, visited, children_of
 
 
 def _checks(
