@@ -20,6 +20,7 @@ from .engine import (
     Collector,
     OutputRecorder,
     Session,
+    config_attribute,
     hold_hooks,
     normalized_tasks,
     own_output_map,
@@ -75,7 +76,7 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
         @functools.wraps(forward)
         def wrapper(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             config = getattr(self, "config", None)
-            return_dict = kwargs.pop("return_dict", getattr(config, "return_dict", True))
+            return_dict = kwargs.pop("return_dict", config_attribute(config, "return_dict", True))
             output_map = own_output_map(self)
             output_map = output_map if isinstance(output_map, Mapping) else {}
             flags = requested_flags(output_map, kwargs, config)

@@ -32,6 +32,7 @@ from .engine import (
     decorator_tie_last,
     exposed_names,
     install_hooks,
+    intercept,
     is_under,
     normalized_tasks,
     outermost,
@@ -259,79 +260,81 @@ def trace(
         del stack[:]
         del ties[:]
 
-    def step_started(module: nn.Module, args: tuple[Any, ...]) -> None:
+    # What a call does on entry and exit for each role its module has (the steps' module, a scope's
+    # module, a tie point); `_frame` runs them behind one `is_active()` check per call.
+    def step_entered() -> None:
         nonlocal depth
-        if is_active():
-            if depth == 0:
-                discard_unfinished()
-            depth += 1
+        if depth == 0:
+            discard_unfinished()
+        depth += 1
 
-    def step_finished(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if is_active() and depth == 1:
+    def step_exited(output: Any, finished: bool) -> None:
+        # A call that raised (not finished) ends its step without keeping it.
+        nonlocal depth
+        if depth == 0:
+            return
+        if finished and depth == 1:
             ends.append(tuple([len(values) for values in lists.values()]))
             for name, values in lists.items():
                 step_starts[name] = len(values)
+        depth -= 1
+        if depth == 0:
+            discard_unfinished()
 
-    def step_ended(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        # Runs after step_finished, and also when the forward raised: a failed step is discarded.
-        nonlocal depth
-        if is_active() and depth > 0:
-            depth -= 1
-            if depth == 0:
-                discard_unfinished()
-
-    def scope_entry(scope: _Scope) -> Callable[[nn.Module, tuple[Any, ...]], None]:
+    def scope_role(scope: _Scope) -> tuple[Callable[[], None], Callable[[Any, bool], None]]:
         number, collector = scope.number, scope.collector
 
-        def scope_entered(module: nn.Module, args: tuple[Any, ...]) -> None:
-            if is_active():
-                stack.append(number)
-                if collector is not None:  # a new call of the scope: positions count from here
-                    for key, values in collector.lists.items():
-                        collector.starts[key] = len(values)
+        def scope_entered() -> None:
+            stack.append(number)
+            if collector is not None:  # a new call of the scope: positions count from here
+                for key, values in collector.lists.items():
+                    collector.starts[key] = len(values)
 
-        return scope_entered
+        def scope_exited(output: Any, finished: bool) -> None:
+            if stack:
+                stack.pop()
 
-    def scope_exited(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if is_active() and stack:
-            stack.pop()
+        return scope_entered, scope_exited
 
-    def tie_entry(values: list[Any]) -> Callable[[nn.Module, tuple[Any, ...]], None]:
-        def tie_entered(module: nn.Module, args: tuple[Any, ...]) -> None:
-            if is_active():
-                ties.append(len(values))
+    def tie_role(values: list[Any], collector: Collector, tie: bool) -> tuple[Callable[[], None], Callable[[Any, bool], None]]:
+        def tie_entered() -> None:
+            ties.append(len(values))
 
-        return tie_entered
-
-    def tie_exit(values: list[Any], collector: Collector, tie: bool) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
-        def tie_exited(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            if is_active() and ties:
+        def tie_exited(output: Any, finished: bool) -> None:
+            if ties:
                 mark = ties.pop()
                 if tie and output is not None and len(values) > mark:
                     tie_last_hidden_state(values, output, collector.last_transform.get("hidden_states"))
 
-        return tie_exited
+        return tie_entered, tie_exited
+
+    # Roles by module: entries in the order added, exits in reverse.
+    roles: dict[int, tuple[nn.Module, list[Callable[[], None]], list[Callable[[Any, bool], None]]]] = {}
+
+    def add_role(module: nn.Module, entered: Callable[[], None], exited: Callable[[Any, bool], None]) -> None:
+        _, entries, exits = roles.setdefault(id(module), (module, [], []))
+        entries.append(entered)
+        exits.insert(0, exited)
+
+    add_role(outer, step_entered, step_exited)
+    decorated = decorated_paths(model)
+    for scope in scopes:
+        add_role(scope.module, *scope_role(scope))
+        collector = scope.collector
+        if collector is not None and "hidden_states" in collector.lists:
+            values = collector.lists["hidden_states"]
+            for point in tie_points(scope.path, decorated, paths):
+                module = model.get_submodule(point)
+                tie = tie_last_enabled(getattr(module, "config", None), scope.options, decorator_tie_last(module))
+                add_role(module, *tie_role(values, collector, tie))
 
     handles: list[Any] = []
     token = None
     try:
-        handles.append(outer.register_forward_pre_hook(step_started))
-        decorated = decorated_paths(model)
-        for scope in scopes:
-            handles.append(scope.module.register_forward_pre_hook(scope_entry(scope)))
-            collector = scope.collector
-            if collector is not None and "hidden_states" in collector.lists:
-                values = collector.lists["hidden_states"]
-                for point in tie_points(scope.path, decorated, paths):
-                    module = model.get_submodule(point)
-                    tie = tie_last_enabled(getattr(module, "config", None), scope.options, decorator_tie_last(module))
-                    handles.append(module.register_forward_pre_hook(tie_entry(values)))
-                    handles.append(module.register_forward_hook(tie_exit(values, collector, tie), always_call=True))
-            handles.append(scope.module.register_forward_hook(scope_exited, always_call=True))
-            if scope.exposed and scope.plan:
+        for scope in exposed:
+            if scope.plan:
                 handles.append(install_hooks(scope.plan, _ScopeSink(session, scope)))
-        handles.append(outer.register_forward_hook(step_finished))
-        handles.append(outer.register_forward_hook(step_ended, always_call=True))
+        handles.append(intercept([], [(module, *_frame(is_active, entries, exits)) for module, entries, exits in roles.values()]))
         token = session.enter()
         yield captures
     finally:
@@ -353,6 +356,26 @@ def trace(
         warn_no_tensor(model, ran)
 
 
+def _frame(
+    is_active: Callable[[], bool], entries: list[Callable[[], None]], exits: list[Callable[[Any, bool], None]]
+) -> tuple[Callable[[], bool], Callable[[bool, Any, bool], None]]:
+    """One module's frame (`_intercept`): its roles' entries and exits, for calls made while the block records."""
+
+    def enter() -> bool:
+        active = is_active()
+        if active:
+            for entered in entries:
+                entered()
+        return active
+
+    def exit(active: bool, output: Any, finished: bool) -> None:
+        if active:
+            for exited in exits:
+                exited(output, finished)
+
+    return enter, exit
+
+
 class _ScopeSink:
     """What `install_hooks` records into for one scope: its collector, while it is the innermost."""
 
@@ -360,9 +383,4 @@ class _ScopeSink:
 
     def __init__(self, session: Session, scope: _Scope) -> None:
         self.collector = scope.collector
-        records_into, number = session.records_into, scope.number
-
-        def recording() -> bool:
-            return records_into(number)
-
-        self.recording = recording
+        self.recording = session.scope_gate(scope.number)

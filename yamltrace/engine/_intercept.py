@@ -8,7 +8,10 @@ remove: it is set as the instance's `forward` (an entry of the module's `__dict_
 `nn.Module.__call__` reads as `self.forward`), calls the forward it shadows, then each listener.
 
 Listeners see what forward hooks would see: the arguments after forward pre-hooks ran, the output
-before forward hooks ran. Concurrent sessions on one module share its interceptor; removing the last
+before forward hooks ran. A *frame* is a pair of callbacks around the forward and its listeners
+(`trace` delimits its steps and scopes with them): `enter()` before, `exit(token, output, finished)`
+after, with `enter`'s return value as the token, also when the forward or a listener raised
+(`finished` False, output None); frames enter in the order installed and exit in reverse. Concurrent sessions on one module share its interceptor; removing the last
 listener restores the module's `__dict__` exactly. A copy of a module made while it is intercepted
 (`copy.deepcopy`, pickling) gets a pass-through with no listeners. While intercepted,
 `inspect.signature(module.forward)` is `(*args, **kwargs)`. Dynamo guards on the instance `forward`,
@@ -24,10 +27,13 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["Listener", "Interception", "intercept"]
+__all__ = ["Listener", "Enter", "Exit", "Interception", "intercept"]
 
 # Called after the module's forward returned: (its context, positional args, keyword args, output).
 Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
+# A frame: called before the forward (returns a token), and after it: (token, output, finished).
+Enter = Callable[[], Any]
+Exit = Callable[[Any, Any, bool], None]
 
 _FORWARD = "forward"
 # Serialises installs and removals (not calls: those read an immutable tuple of listeners).
@@ -39,25 +45,44 @@ _ABSENT = object()
 
 
 class _Interceptor:
-    """What an intercepted module's `forward` is bound to: the shadowed forward, then the listeners.
+    """What an intercepted module's `forward` is bound to: the frames' entries, the shadowed forward,
+    the listeners, then the frames' exits.
 
     The module's `forward` is the bound method `interceptor.forward`, not the interceptor itself:
     dynamo then guards on the method's function, which all interceptors share, and does not
-    recompile for each new interceptor. `listeners` is replaced, never mutated, so a running call
-    sees one snapshot.
+    recompile for each new interceptor. `listeners` and `frames` are replaced, never mutated, so a
+    running call sees one snapshot.
     """
 
-    __slots__ = ("inner", "shadowed", "listeners")
+    __slots__ = ("inner", "shadowed", "listeners", "frames")
 
     def __init__(self, inner: Callable[..., Any], shadowed: Any = _ABSENT) -> None:
         self.inner = inner  # what `module.forward` was: the bound class forward, or `shadowed`
         self.shadowed = shadowed  # the instance attribute it replaced, or _ABSENT
         self.listeners: tuple[tuple[Listener, Any], ...] = ()
+        self.frames: tuple[tuple[Enter, Exit], ...] = ()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.frames:
+            return self._framed(args, kwargs)
         output = self.inner(*args, **kwargs)
         for listener, context in self.listeners:
             listener(context, args, kwargs, output)
+        return output
+
+    def _framed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        frames = self.frames
+        tokens = [enter() for enter, _ in frames]
+        try:
+            output = self.inner(*args, **kwargs)
+            for listener, context in self.listeners:
+                listener(context, args, kwargs, output)
+        except BaseException:
+            for (_, exit), token in zip(frames[::-1], tokens[::-1]):
+                exit(token, None, False)
+            raise
+        for (_, exit), token in zip(frames[::-1], tokens[::-1]):
+            exit(token, output, True)
         return output
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Interceptor:
@@ -69,26 +94,25 @@ class _Interceptor:
 
 
 class Interception:
-    """Listeners installed together on several modules; `remove()` takes them all off (idempotent)."""
+    """Listeners and frames installed together on several modules; `remove()` takes them all off
+    (idempotent)."""
 
     __slots__ = ("_installed",)
 
-    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, tuple[Listener, Any]]]) -> None:
-        self._installed = installed
+    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, tuple[Any, Any], bool]]) -> None:
+        self._installed = installed  # (module, its interceptor, the listener or frame, is a frame)
 
     def remove(self) -> None:
         installed, self._installed = self._installed, []
         if not installed:
             return
         with _lock:
-            for module, interceptor, entry in installed:
-                listeners = interceptor.listeners
-                if len(listeners) == 1 and listeners[0] is entry:
-                    listeners = ()
+            for module, interceptor, entry, is_frame in installed:
+                if is_frame:
+                    interceptor.frames = _without(interceptor.frames, entry)
                 else:
-                    listeners = tuple(x for x in listeners if x is not entry)
-                interceptor.listeners = listeners
-                if listeners:
+                    interceptor.listeners = _without(interceptor.listeners, entry)
+                if interceptor.listeners or interceptor.frames:
                     continue
                 own = module.__dict__
                 if getattr(own.get(_FORWARD), "__self__", None) is interceptor:
@@ -98,6 +122,12 @@ class Interception:
                         own[_FORWARD] = interceptor.shadowed
                 # If other code set `forward` over ours meanwhile, ours stays underneath as a
                 # pass-through (no listeners), so theirs keeps working.
+
+
+def _without(entries: tuple[Any, ...], entry: Any) -> tuple[Any, ...]:
+    if len(entries) == 1 and entries[0] is entry:
+        return ()
+    return tuple(x for x in entries if x is not entry)
 
 
 def _interceptor_of(forward: Any) -> _Interceptor | None:
@@ -110,19 +140,33 @@ def _interceptor_of(forward: Any) -> _Interceptor | None:
     return None
 
 
-def intercept(items: Iterable[tuple[nn.Module, Listener, Any]]) -> Interception:
+def intercept(
+    items: Iterable[tuple[nn.Module, Listener, Any]], frames: Iterable[tuple[nn.Module, Enter, Exit]] = ()
+) -> Interception:
     """For each `(module, listener, context)`, call `listener(context, args, kwargs, output)` after each
-    call of the module's forward, until the returned `Interception` is removed. One lock for all."""
-    installed = []
+    call of the module's forward, and around it each frame `(module, enter, exit)` (module docstring),
+    until the returned `Interception` is removed. One lock for all."""
+    installed: list[tuple[nn.Module, _Interceptor, tuple[Any, Any], bool]] = []
     with _lock:
         for module, listener, context in items:
-            entry = (listener, context)
-            own = module.__dict__
-            shadowed = own.get(_FORWARD, _ABSENT)
-            interceptor = None if shadowed is _ABSENT else _interceptor_of(shadowed)
-            if interceptor is None:
-                interceptor = _Interceptor(module.forward, shadowed)
-                own[_FORWARD] = interceptor.forward
+            interceptor = _interceptor_on(module)
+            entry: tuple[Any, Any] = (listener, context)
             interceptor.listeners = interceptor.listeners + (entry,)
-            installed.append((module, interceptor, entry))
+            installed.append((module, interceptor, entry, False))
+        for module, enter, exit in frames:
+            interceptor = _interceptor_on(module)
+            entry = (enter, exit)
+            interceptor.frames = interceptor.frames + (entry,)
+            installed.append((module, interceptor, entry, True))
     return Interception(installed)
+
+
+def _interceptor_on(module: nn.Module) -> _Interceptor:
+    """The module's interceptor, set as its `forward` if it has none yet (called holding `_lock`)."""
+    own = module.__dict__
+    shadowed = own.get(_FORWARD, _ABSENT)
+    interceptor = None if shadowed is _ABSENT else _interceptor_of(shadowed)
+    if interceptor is None:
+        interceptor = _Interceptor(module.forward, shadowed)
+        own[_FORWARD] = interceptor.forward
+    return interceptor

@@ -68,11 +68,11 @@ class _CachedPlan:
 
     __slots__ = ("generation", "modules", "classes", "sizes", "entries")
 
-    def __init__(self, generation: int, visited: list[nn.Module], plan: HookPlan) -> None:
+    def __init__(self, generation: int, visited: list[nn.Module], children: list[dict[str, Any]], plan: HookPlan) -> None:
         self.generation = generation
         self.modules = [weakref.ref(module) for module in visited]
         self.classes = list(map(type, visited))
-        self.sizes = list(map(len, map(_CHILDREN, visited)))
+        self.sizes = list(map(len, children))
         position = {id(module): i for i, module in enumerate(visited)}
         self.entries = [(position[id(module)], path, entries) for module, path, entries in plan]
         _watch(visited)
@@ -83,10 +83,13 @@ class _CachedPlan:
             return None
         visited = list(map(_DEREFERENCE, self.modules))
         # A collected module dereferences to None, whose class differs from the recorded one.
-        if list(map(type, visited)) != self.classes or list(map(len, map(_CHILDREN, visited))) != self.sizes:
+        if list(map(type, visited)) != self.classes:
             return None
         alive = cast("list[nn.Module]", visited)  # every class matched: none was collected
-        return [(alive[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, alive)
+        children = list(map(_CHILDREN, alive))
+        if list(map(len, children)) != self.sizes:
+            return None
+        return [(alive[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, alive, children)
 
 
 class PlanGuard:
@@ -94,25 +97,30 @@ class PlanGuard:
 
     It keeps strong references to the visited modules below the root (no weak references to follow;
     the root itself is passed in, so a guard never keeps it alive), for hooks that stay installed on
-    them anyway (`_held`); it checks the generation, then each module's class and number of children.
+    them anyway (`_held`), and to every visited module's `_modules` dict: it checks the generation,
+    the root's class, each dict's size, then each module's class. Reading the dicts kept, rather than
+    each module's `_modules` attribute (`nn.Module` defines `__getattr__`, so every attribute read
+    takes the slow path: ~600 instructions a module), halves the check. A container's deletions
+    shrink its dict (`del` of an attribute, `ModuleList.__delitem__` deletes before it rebuilds
+    `_modules`), additions go through the registration hook; replacing `_modules` by hand is the
+    direct edit docs/capture.md leaves to `invalidate()`.
     """
 
-    __slots__ = ("_generation", "_modules", "_root_class", "_root_size", "_classes", "_sizes")
+    __slots__ = ("_generation", "_modules", "_root_class", "_children", "_classes", "_sizes")
 
-    def __init__(self, cached: _CachedPlan, visited: list[nn.Module]) -> None:
+    def __init__(self, cached: _CachedPlan, visited: list[nn.Module], children: list[dict[str, Any]]) -> None:
         self._generation = cached.generation
         self._modules = visited[1:]
-        self._root_class, self._root_size = cached.classes[0], cached.sizes[0]
-        self._classes, self._sizes = cached.classes[1:], cached.sizes[1:]
+        self._root_class = cached.classes[0]
+        self._children = children  # each visited module's `_modules`
+        self._classes, self._sizes = cached.classes[1:], cached.sizes
 
     def holds(self, root: nn.Module) -> bool:
-        modules = self._modules
         return (
             self._generation == _generation
             and type(root) is self._root_class
-            and len(root._modules) == self._root_size
-            and list(map(len, map(_CHILDREN, modules))) == self._sizes
-            and list(map(type, modules)) == self._classes
+            and list(map(len, self._children)) == self._sizes
+            and list(map(type, self._modules)) == self._classes
         )
 
 
@@ -197,22 +205,25 @@ def plan_hooks(
     _stats[1] += 1
     require_devices(tasks)
     generation = _generation
-    plan, visited = _walk(root, tasks, wanted, nested_maps)
-    entry = cached[cache_key] = _CachedPlan(generation, visited, plan)
-    return (plan, PlanGuard(entry, visited)) if guarded else plan
+    plan, visited, children = _walk(root, tasks, wanted, nested_maps)
+    entry = cached[cache_key] = _CachedPlan(generation, visited, children, plan)
+    return (plan, PlanGuard(entry, visited, children)) if guarded else plan
 
 
 def _walk(
     root: nn.Module, tasks: tuple[tuple[str, OutputRecorder], ...], wanted: frozenset[str] | None, nested_maps: bool
-) -> tuple[HookPlan, list[nn.Module]]:
-    """The plan of `root`, and every module visited."""
+) -> tuple[HookPlan, list[nn.Module], list[dict[str, Any]]]:
+    """The plan of `root`, every module visited, and each one's `_modules` (read once: a slow attribute)."""
     plan: HookPlan = []
     visited: list[nn.Module] = []
+    children_of: list[dict[str, Any]] = []
 
     def visit(module: nn.Module, path: str, checks: tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]) -> None:
         visited.append(module)
+        children = module._modules
+        children_of.append(children)
         seen = set()
-        for name, child in module._modules.items():
+        for name, child in children.items():
             # The children `named_children` yields: set, and each distinct module once.
             if child is None or child in seen:
                 continue
@@ -233,7 +244,7 @@ def _walk(
             plan.append((module, path, tuple(entries)))
 
     visit(root, "", _checks(tasks, wanted))
-    return plan, visited
+    return plan, visited, children_of
 
 
 def _checks(

@@ -11,12 +11,12 @@ so threads (and asyncio tasks) never see each other's captures. torch.compile ca
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
-from torch.compiler import is_compiling
+from torch.compiler import is_dynamo_compiling
 
 from ._collector import Collector, Transform
 
@@ -26,6 +26,8 @@ __all__ = [
     "NO_CAPTURE",
     "active_sessions",
     "requested_flags",
+    "config_attribute",
+    "plain_config_lookup",
     "decorator_tie_last",
     "tie_last_enabled",
     "tie_last_hidden_state",
@@ -42,7 +44,7 @@ class Session:
 
     A trace block also keeps `scopes`, the stack of its capture scopes (see `_scopes`, by their number
     in the trace) running now in the context that records: hooks of a scope record only while it is
-    the innermost (`records_into`), so a nested scope shadows its parent, as a nested decorated forward
+    the innermost (`scope_gate`), so a nested scope shadows its parent, as a nested decorated forward
     does in transformers. Numbers, not objects: torch.compile guards on them by value, so a new block
     reuses the graphs compiled for the previous one.
     """
@@ -59,14 +61,18 @@ class Session:
         """Whether hooks record into this session for the current call (see the module docstring)."""
         if not self.block:
             return _innermost_forward.get() is self
-        if is_compiling():
-            return self.open
-        return self in _open_blocks.get()
+        # Dynamo cannot read a ContextVar (is_dynamo_compiling: one call, where is_compiling makes two).
+        return self.open if is_dynamo_compiling() else self in _open_blocks.get()
 
-    def records_into(self, scope: int) -> bool:
+    def scope_gate(self, scope: int) -> Callable[[], bool]:
         """Whether hooks of scope number `scope` record for the current call: the block records and
         that scope is the innermost of its scopes running."""
-        return self.recording() and bool(self.scopes) and self.scopes[-1] == scope
+        scopes, recording = self.scopes, self.recording
+
+        def records_into() -> bool:
+            return bool(scopes) and scopes[-1] == scope and recording()
+
+        return records_into
 
     def enter(self) -> Token[Any]:
         """Start recording in this context; pass the token to `exit`."""
@@ -101,6 +107,49 @@ def active_sessions() -> tuple[Session, ...]:
 NO_CAPTURE = Session(Collector(()), block=False)
 
 
+def config_attribute(config: Any, name: str, default: Any) -> Any:
+    """`getattr(config, name, default)`; on transformers' configs, without their Python `__getattribute__`.
+
+    Capture reads a few config attributes on every forward. transformers' `PreTrainedConfig`
+    renames through `attribute_map`, then does `object`'s lookup, in Python: ~13 k instructions a
+    read, ~19 k for a missing name (raised through its frame). For a config class whose lookup is
+    exactly that (`plain_config_lookup`), the same lookup is done by `object.__getattribute__`;
+    while dynamo traces (it cannot trace that call), and for any other class, by `getattr`.
+    """
+    lookup = plain_config_lookup(type(config))
+    if lookup is None or is_dynamo_compiling():
+        return getattr(config, name, default)
+    if lookup:  # transformers' lookup: its `attribute_map` first, read as it reads it
+        name = _OBJECT_LOOKUP(config, "attribute_map").get(name, name)
+    try:
+        return _OBJECT_LOOKUP(config, name)
+    except AttributeError:
+        return default
+
+
+def plain_config_lookup(cls: type) -> bool | None:
+    """How instances of `cls` look attributes up, when it is plain: False for `object`'s lookup,
+    True for transformers' `PreTrainedConfig`'s (`attribute_map`, then `object`'s); None for any
+    other lookup, or a class with `__getattr__` (memoised per class)."""
+    lookup = _LOOKUPS.get(cls, _UNSET)
+    if lookup is _UNSET:
+        getattribute: Any = cls.__getattribute__
+        lookup = None
+        if not hasattr(cls, "__getattr__"):
+            if getattribute is object.__getattribute__:
+                lookup = False
+            elif getattr(getattribute, "__qualname__", "") in (
+                "PreTrainedConfig.__getattribute__", "PretrainedConfig.__getattribute__"
+            ) and getattr(getattribute, "__module__", "") == "transformers.configuration_utils":
+                lookup = True
+        _LOOKUPS[cls] = lookup
+    return cast("bool | None", lookup)
+
+
+_OBJECT_LOOKUP = object.__getattribute__
+_LOOKUPS: dict[type, Any] = {}
+
+
 def requested_flags(keys: Iterable[str], kwargs: Mapping[str, Any], config: Any) -> dict[str, Any]:
     """The truthy `output_<key>` flag of each key: kwargs first, then config; aliases follow their source."""
     flags = {}
@@ -108,7 +157,7 @@ def requested_flags(keys: Iterable[str], kwargs: Mapping[str, Any], config: Any)
         name = f"output_{FLAG_ALIASES.get(key, key)}"
         value = kwargs.get(name, _UNSET)
         if value is _UNSET:
-            value = getattr(config, name, False)
+            value = config_attribute(config, name, False)
         if value:
             flags[key] = value
     return flags
@@ -117,7 +166,7 @@ def requested_flags(keys: Iterable[str], kwargs: Mapping[str, Any], config: Any)
 def tie_last_enabled(config: Any, options: Mapping[str, Any], decorator_default: bool | None) -> bool:
     """Whether the last hidden state is tied: `config.tie_last_hidden_states` when set, else the
     spec's `tie_last_hidden_states` option, else the capture decorator's argument, else True."""
-    from_config = getattr(config, "tie_last_hidden_states", None)
+    from_config = config_attribute(config, "tie_last_hidden_states", None)
     if from_config is not None:
         return bool(from_config)
     if options.get("tie_last_hidden_states") is not None:

@@ -10,6 +10,8 @@ from typing import Any, TypeVar, cast
 
 from torch import nn
 
+from ..engine import plain_config_lookup
+
 __all__ = ["merge_with_config_defaults", "DEFAULT_CONFIG_ARGUMENTS"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,18 +102,13 @@ def _plainly_absent(cls: type) -> frozenset[str]:
     """
     absent = _ABSENT.get(cls)
     if absent is None:
-        lookup: Any = cls.__getattribute__
-        plain = lookup is object.__getattribute__ or (
-            getattr(lookup, "__qualname__", "") in ("PreTrainedConfig.__getattribute__", "PretrainedConfig.__getattribute__")
-            and getattr(lookup, "__module__", "") == "transformers.configuration_utils"
-        )
+        plain = plain_config_lookup(cls) is not None
         renamed = getattr(cls, "attribute_map", None) or {}
         absent = frozenset(
             name
             for name in (*DEFAULT_CONFIG_ARGUMENTS, "is_causal")
             if plain
             and cls.__dictoffset__ != 0
-            and not hasattr(cls, "__getattr__")
             and name not in renamed
             and not any(name in vars(base) for base in cls.__mro__)
         )

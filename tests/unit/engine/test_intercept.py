@@ -166,3 +166,30 @@ def test_listeners_see_inputs_after_pre_hooks_and_outputs_before_forward_hooks()
     assert torch.equal(args[0], torch.tensor([2.0]))  # the pre-hook's input
     assert torch.equal(output, torch.tensor([4.0]))  # the forward's own output
     assert torch.equal(returned, torch.tensor([400.0]))  # the caller still gets the hook's
+
+
+def test_frames_wrap_the_forward_and_its_listeners_and_exit_in_reverse_also_on_errors() -> None:
+    module, log = Scale(), []
+
+    def frame(name: str):
+        def enter():
+            log.append(("enter", name))
+            return name
+
+        def exit(token, output, finished):
+            log.append(("exit", token, None if output is None else output.tolist(), finished))
+
+        return module, enter, exit
+
+    before = dict(module.__dict__)
+    handle = intercept([(module, lambda c, a, k, o: log.append(("listener", o.tolist())), None)], [frame("a"), frame("b")])
+    module(torch.ones(1))
+    assert log == [("enter", "a"), ("enter", "b"), ("listener", [2.0]), ("exit", "b", [2.0], True), ("exit", "a", [2.0], True)]
+    del log[:]
+    module.fail = True
+    with pytest.raises(RuntimeError, match="on purpose"):
+        module(torch.ones(1))
+    assert log == [("enter", "a"), ("enter", "b"), ("exit", "b", None, False), ("exit", "a", None, False)]
+    handle.remove()
+    module.fail = False
+    assert module.__dict__ == before
