@@ -72,7 +72,7 @@ SIZES: dict[str, int] = {
 # `_fill` derive it (head_dim = hidden // heads; MLA keeps one key/value head per query head).
 FILL: dict[str, Any] = {
     "head_dim": None, "num_key_value_heads": None, "vocab_size": 99,
-    "num_experts_per_tok": 2, "n_routed_experts": 4,
+    "num_experts_per_tok": 2, "n_routed_experts": 4, "n_shared_experts": 1,
 }
 
 # Fields recomputed from the others when absent.
@@ -82,6 +82,12 @@ DERIVED = (
 )
 # The fields the "layers" level lowers (the fallback when shrinking every size fails).
 LAYER_FIELDS = frozenset(name for name, value in SIZES.items() if value == LAYERS)
+# The fields that count layers (what per-layer lists are as long as): not the head and expert counts that
+# LAYER_FIELDS also holds because they happen to be lowered to the same value.
+LAYER_COUNTS = frozenset(
+    ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+     "num_encoder_layers", "num_decoder_layers", "depth", "num_decoder_hidden_layers")
+)
 LEVELS = ("small", "layers")
 
 # model_type -> fields set on every config (or sub-config) of that type, after shrinking.
@@ -122,6 +128,26 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mllama_text_model": {"cross_attention_layers": [1]},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     "layoutlmv3": {"coordinate_size": 4, "shape_size": 8},  # 4 coordinates + 2 sizes = hidden size 32
+    # Adapters from the audio and vision towers into the text model: their widths must match both sides.
+    "dots3_note_vision_encoder": {"adapter_in_dim": HIDDEN, "adapter_out_dim": HIDDEN},
+    "dots3_note_audio_encoder": {"adapter_input_size": HIDDEN, "adapter_out_dim": HIDDEN},
+    # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
+    # Its attention widths are derived (twice the hidden size) when None.
+    "zamba": {
+        "num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"],
+        "attention_hidden_size": None, "attention_head_dim": None,
+    },
+    # Its attention reads a field its config class lacks, and clamps with `clip_qkv` (None fails): the checkpoint's.
+    "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
+}
+
+# model_type -> fields its config's `__post_init__` computes from others but which are no dataclass fields:
+# passed back to the constructor, they would land as extra attributes over the recomputed values.
+REDERIVED: dict[str, tuple[str, ...]] = {
+    "zamba2": (
+        "attention_hidden_size", "attention_head_dim", "mamba_headdim", "kv_channels", "num_query_groups",
+        "hybrid_layer_ids",
+    ),
 }
 
 
@@ -133,7 +159,7 @@ def _special_token_ids(values: dict[str, Any]) -> list[int]:
 
 
 def _layer_count(values: dict[str, Any]) -> int | None:
-    counts = [v for k, v in values.items() if k in LAYER_FIELDS and isinstance(v, int) and not isinstance(v, bool)]
+    counts = [v for k, v in values.items() if k in LAYER_COUNTS and isinstance(v, int) and not isinstance(v, bool)]
     return max(counts) if counts else None
 
 
@@ -181,7 +207,10 @@ def _per_layer(values: dict[str, Any], before: int | None, after: int | None, le
                 continue
             first = value[min(value, key=_index)]
             if isinstance(first, dict) and level == "small":
-                first = {k: _lowered(k, v) for k, v in first.items()}
+                lowered = {k: _lowered(k, v) for k, v in first.items()}
+                if "num_key_value_heads" in first and first["num_key_value_heads"] == first.get("num_attention_heads"):
+                    lowered["num_key_value_heads"] = lowered["num_attention_heads"]  # no grouped-query attention
+                first = lowered
             values[key] = {after - 1: first}
 
 
@@ -257,7 +286,8 @@ def _shrunk(config: Any, level: str, mrope: list[int] | None = None) -> Any:
     Per-layer lists follow the layer count; `layer_types` is dropped so the config derives it again,
     or (configs that do not derive it) picked like the other per-layer lists."""
     everything = config.to_dict()
-    values = {k: v for k, v in everything.items() if k not in DERIVED}
+    rederived = REDERIVED.get(getattr(config, "model_type", None), ())
+    values = {k: v for k, v in everything.items() if k not in DERIVED and k not in rederived}
     before = _layer_count(values)
     for key, value in list(values.items()):
         if level == "small" or key in LAYER_FIELDS:
