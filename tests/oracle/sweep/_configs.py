@@ -131,6 +131,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Adapters from the audio and vision towers into the text model: their widths must match both sides.
     "dots3_note_vision_encoder": {"adapter_in_dim": HIDDEN, "adapter_out_dim": HIDDEN},
     "dots3_note_audio_encoder": {"adapter_input_size": HIDDEN, "adapter_out_dim": HIDDEN},
+    "diffusion_gemma_text": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16},  # every layer MoE
+    # Set by the encoder-decoder config on its parts; read by the parts built alone.
+    **{family: {"dropout_rate": 0.0} for family in ("t5gemma2_decoder", "t5gemma2_text")},
     # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
     # Its attention widths are derived (twice the hidden size) when None.
     "zamba": {
@@ -349,6 +352,10 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     "T5Stack": {"use_cache": False},
 }
 
+# Class name -> the sub-config it is built from: stacks whose `config_class` names the composite config although
+# the composite builds them from one of its parts (`T5GemmaEncoder(config.encoder)`).
+CLASS_SUBCONFIGS: dict[str, str] = {"T5GemmaEncoder": "encoder", "T5GemmaDecoder": "decoder"}
+
 
 # The "layers" level keeps widths, so it is only tried on configs no wider than this.
 MAX_FALLBACK_WIDTH = 4096  # e.g. hidden 1024 with a 4x MLP
@@ -390,6 +397,8 @@ def tiny_config(model_cls: type, level: str = "small") -> Any:
     if level == "layers" and _widest(default) > MAX_FALLBACK_WIDTH:
         raise ValueError(f"too wide to build with only its layer counts lowered (width {_widest(default)})")
     config = _shrunk(default, level, _mrope_default(model_cls))
+    if model_cls.__name__ in CLASS_SUBCONFIGS:
+        config = getattr(config, CLASS_SUBCONFIGS[model_cls.__name__])
     for key, value in CLASS_OVERRIDES.get(model_cls.__name__, {}).items():
         setattr(config, key, value)
     _set_eager(config)
