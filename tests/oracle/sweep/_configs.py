@@ -132,6 +132,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "dots3_note_vision_encoder": {"adapter_in_dim": HIDDEN, "adapter_out_dim": HIDDEN},
     "dots3_note_audio_encoder": {"adapter_input_size": HIDDEN, "adapter_out_dim": HIDDEN},
     "diffusion_gemma_text": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16},  # every layer MoE
+    "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": 16},  # read by its MoE, absent from its config
     # Set by the encoder-decoder config on its parts; read by the parts built alone.
     **{family: {"dropout_rate": 0.0} for family in ("t5gemma2_decoder", "t5gemma2_text")},
     # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
@@ -350,6 +351,7 @@ def _set_eager(config: Any) -> None:
 # Class name -> fields set on its root config (classes used standalone in ways the default config does not allow).
 CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     "T5Stack": {"use_cache": False},
+    "Qwen3OmniMoeTalkerForConditionalGeneration": {"spatial_merge_size": 2},  # read for rotary indices; the vision tower's
 }
 
 # Class name -> the sub-config it is built from: stacks whose `config_class` names the composite config although

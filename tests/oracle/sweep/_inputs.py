@@ -214,11 +214,16 @@ BUILDERS = {
 }
 
 
-def build_inputs(model: Any) -> dict[str, Any]:
+def build_inputs(model: Any, hooks: bool = True) -> dict[str, Any]:
     """Keyword inputs for one forward of `model`: its main input (shaped for the modality, see
     `_main_input`), decoder ids for encoder-decoders, pixels for dual encoders, the extra inputs its
     forward requires (boxes, patch masks, image masks), `use_cache=False` where the forward takes it.
-    Qwen2-VL style vision towers and time-series models get their whole input set from one builder."""
+    Qwen2-VL style vision towers and time-series models get their whole input set from one builder;
+    classes listed in `_class_inputs.CLASS_INPUTS` from their own (`hooks=False`: never)."""
+    from ._class_inputs import CLASS_INPUTS
+
+    if hooks and type(model).__name__ in CLASS_INPUTS:
+        return CLASS_INPUTS[type(model).__name__](model)
     config = model.config
     parameters = forward_parameters(model)
     ordered = list(_signature(model).parameters)[1:]

@@ -1,0 +1,52 @@
+"""Inputs for classes whose forward needs more than `_inputs.build_inputs` derives from its signature.
+
+Each entry names a class and builds its whole keyword input set, usually the generic one plus what the
+forward reads but its signature does not make required (a decoder's encoder states), or in another form
+(embeddings where ids are refused). Everything is drawn from fixed-seed generators, as in `_inputs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from . import _inputs
+
+__all__ = ["CLASS_INPUTS"]
+
+
+def _generic(model: Any) -> dict[str, Any]:
+    return _inputs.build_inputs(model, hooks=False)
+
+
+def _embeddings(model: Any) -> dict[str, Any]:
+    """`inputs_embeds` instead of ids: forwards that refuse `input_ids` (Qwen3-Omni's talker and
+    code-to-wave stacks take the thinker's hidden states)."""
+    inputs = {"inputs_embeds": _inputs.inputs_embeds(model.config)}
+    if "use_cache" in _inputs.forward_parameters(model):
+        inputs["use_cache"] = False
+    return inputs
+
+
+def _with_encoder_states(model: Any) -> dict[str, Any]:
+    """A decoder that refuses to run without encoder states (T5Gemma): the generic ids plus
+    (batch, 5, width) states, the width being the encoder's where the config names it."""
+    config = model.config
+    width = getattr(config, "cross_attention_hidden_size", None) or _inputs._width(config)
+    states = torch.randn(_inputs.BATCH, 5, width, generator=_inputs._generator(14))
+    return _generic(model) | {"encoder_hidden_states": states}
+
+
+CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    **dict.fromkeys(
+        (
+            "Qwen3OmniMoeCode2WavTransformerModel", "Qwen3OmniMoeTalkerCodePredictorModel",
+            "Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration", "Qwen3OmniMoeTalkerModel",
+            "Qwen3OmniMoeTalkerForConditionalGeneration",
+        ),
+        _embeddings,
+    ),
+    **dict.fromkeys(("T5GemmaDecoder", "T5Gemma2Decoder"), _with_encoder_states),
+}
