@@ -133,6 +133,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "dots3_note_audio_encoder": {"adapter_input_size": HIDDEN, "adapter_out_dim": HIDDEN},
     "diffusion_gemma_text": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16},  # every layer MoE
     "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": 16},  # read by its MoE, absent from its config
+    # Value projections as wide as the queries: as many key/value heads as query heads.
+    **{
+        family: {"num_key_value_heads": HEADS}
+        for family in (
+            "nemotron3_diarization_audio", "nemotron3_5_transcribe_asr_audio", "nemotron3_5_transcribe_word_timestamp",
+        )
+    },
     # Set by the encoder-decoder config on its parts; read by the parts built alone.
     **{family: {"dropout_rate": 0.0} for family in ("t5gemma2_decoder", "t5gemma2_text")},
     # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
