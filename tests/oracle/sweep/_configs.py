@@ -140,6 +140,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
             "nemotron3_diarization_audio", "nemotron3_5_transcribe_asr_audio", "nemotron3_5_transcribe_word_timestamp",
         )
     },
+    "flint": {"mlp_only_layers": [0]},  # the default makes layers 0 and 1 dense: a MoE layer second
+    "step3p5": {"sliding_window": 4},  # Step3p7's text config: its forward builds a sliding mask whatever the layers
     # Set by the encoder-decoder config on its parts; read by the parts built alone.
     **{family: {"dropout_rate": 0.0} for family in ("t5gemma2_decoder", "t5gemma2_text")},
     # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
