@@ -39,6 +39,18 @@ def _with_encoder_states(model: Any) -> dict[str, Any]:
     return _generic(model) | {"encoder_hidden_states": states}
 
 
+def _text_to_unit(model: Any) -> dict[str, Any]:
+    """SeamlessM4T v2's text-to-unit decoder: encoder states (batch, 5, width), two characters per
+    encoder position and the (batch, 10) character ids they spell."""
+    config = model.config
+    states = torch.randn(_inputs.BATCH, 5, _inputs._width(config), generator=_inputs._generator(14))
+    return {
+        "char_input_ids": _inputs.token_ids(config, length=10, seed=15),
+        "char_count_per_id": torch.full((_inputs.BATCH, 5), 2),
+        "encoder_hidden_states": states,
+    }
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -49,4 +61,5 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
         _embeddings,
     ),
     **dict.fromkeys(("T5GemmaDecoder", "T5Gemma2Decoder"), _with_encoder_states),
+    "SeamlessM4Tv2TextToUnitDecoder": _text_to_unit,
 }

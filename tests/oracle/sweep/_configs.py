@@ -142,6 +142,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     "flint": {"mlp_only_layers": [0]},  # the default makes layers 0 and 1 dense: a MoE layer second
     "step3p5": {"sliding_window": 4},  # Step3p7's text config: its forward builds a sliding mask whatever the layers
+    # The text-to-unit model's sizes (its part of the config is named with a `t2u_` prefix).
+    "seamless_m4t_v2": {
+        "t2u_encoder_layers": LAYERS, "t2u_decoder_layers": LAYERS, "t2u_encoder_ffn_dim": 48, "t2u_decoder_ffn_dim": 48,
+        "t2u_encoder_attention_heads": HEADS, "t2u_decoder_attention_heads": HEADS,
+        "t2u_variance_predictor_embed_dim": HIDDEN, "t2u_variance_predictor_hidden_dim": 16,
+    },
     # Set by the encoder-decoder config on its parts; read by the parts built alone.
     **{family: {"dropout_rate": 0.0} for family in ("t5gemma2_decoder", "t5gemma2_text")},
     # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
@@ -366,6 +372,9 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
 # Class name -> the sub-config it is built from: stacks whose `config_class` names the composite config although
 # the composite builds them from one of its parts (`T5GemmaEncoder(config.encoder)`).
 CLASS_SUBCONFIGS: dict[str, str] = {"T5GemmaEncoder": "encoder", "T5GemmaDecoder": "decoder"}
+# Class name -> the prefix of the fields that replace the unprefixed ones for it, as its composite does when
+# building it (`t2u_decoder_layers` -> `decoder_layers`).
+CLASS_PREFIXES: dict[str, str] = {"SeamlessM4Tv2TextToUnitDecoder": "t2u_"}
 
 
 # The "layers" level keeps widths, so it is only tried on configs no wider than this.
@@ -410,6 +419,11 @@ def tiny_config(model_cls: type, level: str = "small") -> Any:
     config = _shrunk(default, level, _mrope_default(model_cls))
     if model_cls.__name__ in CLASS_SUBCONFIGS:
         config = getattr(config, CLASS_SUBCONFIGS[model_cls.__name__])
+    if model_cls.__name__ in CLASS_PREFIXES:
+        prefix = CLASS_PREFIXES[model_cls.__name__]
+        for key, value in config.to_dict().items():
+            if key.startswith(prefix):
+                setattr(config, key[len(prefix):], value)
     for key, value in CLASS_OVERRIDES.get(model_cls.__name__, {}).items():
         setattr(config, key, value)
     _set_eager(config)
