@@ -31,10 +31,11 @@ def _embeddings(model: Any) -> dict[str, Any]:
 
 
 def _with_encoder_states(model: Any) -> dict[str, Any]:
-    """A decoder that refuses to run without encoder states (T5Gemma): the generic ids plus
-    (batch, 5, width) states, the width being the encoder's where the config names it."""
+    """A decoder that refuses to run without encoder states (T5Gemma, Moonshine Streaming): the generic
+    ids plus (batch, 5, width) states, the width being the encoder's where the config names it."""
     config = model.config
-    width = getattr(config, "cross_attention_hidden_size", None) or _inputs._width(config)
+    encoder = getattr(config, "encoder_config", None)
+    width = getattr(config, "cross_attention_hidden_size", None) or _inputs._width(encoder or config)
     states = torch.randn(_inputs.BATCH, 5, width, generator=_inputs._generator(14))
     return _generic(model) | {"encoder_hidden_states": states}
 
@@ -60,6 +61,6 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
         ),
         _embeddings,
     ),
-    **dict.fromkeys(("T5GemmaDecoder", "T5Gemma2Decoder"), _with_encoder_states),
+    **dict.fromkeys(("T5GemmaDecoder", "T5Gemma2Decoder", "MoonshineStreamingDecoder"), _with_encoder_states),
     "SeamlessM4Tv2TextToUnitDecoder": _text_to_unit,
 }
