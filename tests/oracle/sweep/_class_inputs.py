@@ -52,6 +52,14 @@ def _text_to_unit(model: Any) -> dict[str, Any]:
     }
 
 
+def _with_question_token(model: Any) -> dict[str, Any]:
+    """Splinter's pre-training head: every row holds a question token (at position 1), whose
+    representations it scores spans from."""
+    inputs = _generic(model)
+    inputs["input_ids"][:, 1] = model.config.question_token_id
+    return inputs
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -63,4 +71,5 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     ),
     **dict.fromkeys(("T5GemmaDecoder", "T5Gemma2Decoder", "MoonshineStreamingDecoder"), _with_encoder_states),
     "SeamlessM4Tv2TextToUnitDecoder": _text_to_unit,
+    "SplinterForPreTraining": _with_question_token,
 }
