@@ -60,6 +60,13 @@ def _with_question_token(model: Any) -> dict[str, Any]:
     return inputs
 
 
+def _with_time_condition(model: Any) -> dict[str, Any]:
+    """Voxtral Realtime's text model: its layers scale by a time condition (the delay's embedding, one
+    (1, 1, width) vector for the batch) that the composite computes and passes through its kwargs."""
+    t_cond = torch.randn(1, 1, _inputs._width(model.config), generator=_inputs._generator(16))
+    return _generic(model) | {"t_cond": t_cond}
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -72,4 +79,5 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(("T5GemmaDecoder", "T5Gemma2Decoder", "MoonshineStreamingDecoder"), _with_encoder_states),
     "SeamlessM4Tv2TextToUnitDecoder": _text_to_unit,
     "SplinterForPreTraining": _with_question_token,
+    "VoxtralRealtimeTextModel": _with_time_condition,
 }
