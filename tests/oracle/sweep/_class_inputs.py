@@ -31,7 +31,7 @@ def _embeddings(model: Any) -> dict[str, Any]:
 
 
 def _with_encoder_states(model: Any) -> dict[str, Any]:
-    """A decoder that refuses to run without encoder states (T5Gemma, Moonshine Streaming): the generic
+    """A decoder that refuses to run without encoder states (T5Gemma, Moonshine Streaming, Cohere ASR): the generic
     ids plus (batch, 5, width) states, the width being the encoder's where the config names it."""
     config = model.config
     encoder = getattr(config, "encoder_config", None)
@@ -76,7 +76,9 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
         ),
         _embeddings,
     ),
-    **dict.fromkeys(("T5GemmaDecoder", "T5Gemma2Decoder", "MoonshineStreamingDecoder"), _with_encoder_states),
+    **dict.fromkeys(
+        ("T5GemmaDecoder", "T5Gemma2Decoder", "MoonshineStreamingDecoder", "CohereAsrDecoder"), _with_encoder_states
+    ),
     "SeamlessM4Tv2TextToUnitDecoder": _text_to_unit,
     "SplinterForPreTraining": _with_question_token,
     "VoxtralRealtimeTextModel": _with_time_condition,
