@@ -67,6 +67,44 @@ def _with_time_condition(model: Any) -> dict[str, Any]:
     return _generic(model) | {"t_cond": t_cond}
 
 
+def _mel_bins(config: Any) -> int:
+    return getattr(config, "num_mel_bins", None) or config.feature_size
+
+
+def _with_frame_mask(model: Any) -> dict[str, Any]:
+    """An audio encoder that reads how many spectrogram frames are valid (`input_features_mask`,
+    all valid), whichever axis of the generic spectrogram holds the frames."""
+    inputs = _generic(model)
+    features = inputs["input_features"]
+    frames = features.shape[-1] if features.shape[1] == _mel_bins(model.config) else features.shape[1]
+    return inputs | {"input_features_mask": torch.ones(_inputs.BATCH, frames, dtype=torch.long)}
+
+
+def _stacked_frames(model: Any) -> dict[str, Any]:
+    """Fun-ASR-Nano's encoder: (batch, frames, mel * stacked frames) low-frame-rate features, all valid."""
+    config, frames = model.config, 16
+    features = torch.randn(_inputs.BATCH, frames, config.input_size, generator=_inputs._generator(4))
+    return {"input_features": features, "input_features_mask": torch.ones(_inputs.BATCH, frames, dtype=torch.long)}
+
+
+def _chunked_spectrogram(model: Any) -> dict[str, Any]:
+    """Qwen3-ASR's encoder: (batch, mel, frames) cut into windows of `2 * n_window` frames (one
+    window), all valid."""
+    config = model.config
+    frames = 2 * config.n_window
+    features = torch.randn(_inputs.BATCH, _mel_bins(config), frames, generator=_inputs._generator(4))
+    return {"input_features": features, "input_features_mask": torch.ones(_inputs.BATCH, frames, dtype=torch.long)}
+
+
+def _audio_chunks(model: Any) -> dict[str, Any]:
+    """dots3 note's audio tower: (chunks, mel, frames) and each chunk's length in waveform samples
+    (one hop per frame, the second chunk a quarter shorter, so its padding is masked)."""
+    config, frames = model.config, 64
+    features = torch.randn(_inputs.BATCH, config.feature_size, frames, generator=_inputs._generator(4))
+    lengths = torch.tensor([frames * config.hop_length, (frames - 16) * config.hop_length])
+    return {"input_features": features, "chunk_sample_lengths": lengths}
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -82,4 +120,8 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "SeamlessM4Tv2TextToUnitDecoder": _text_to_unit,
     "SplinterForPreTraining": _with_question_token,
     "VoxtralRealtimeTextModel": _with_time_condition,
+    "AudioFlamingo3Encoder": _with_frame_mask,
+    "FunAsrNanoEncoder": _stacked_frames,
+    "Qwen3ASREncoder": _chunked_spectrogram,
+    "Dots3NoteAudioModel": _audio_chunks,
 }

@@ -168,6 +168,7 @@ REDERIVED: dict[str, tuple[str, ...]] = {
         "attention_hidden_size", "attention_head_dim", "mamba_headdim", "kv_channels", "num_query_groups",
         "hybrid_layer_ids",
     ),
+    "dots3_note_audio_encoder": ("conv_output_size", "samples_per_token"),
 }
 
 
