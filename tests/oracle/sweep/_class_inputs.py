@@ -105,6 +105,13 @@ def _audio_chunks(model: Any) -> dict[str, Any]:
     return {"input_features": features, "chunk_sample_lengths": lengths}
 
 
+def _gemma3n_audio(model: Any) -> dict[str, Any]:
+    """Gemma 3n's audio encoder: (batch, frames, mel) and its padding mask (True where padded: none)."""
+    config, frames = model.config, 64
+    mel = torch.randn(_inputs.BATCH, frames, config.input_feat_size, generator=_inputs._generator(4))
+    return {"audio_mel": mel, "audio_mel_mask": torch.zeros(_inputs.BATCH, frames, dtype=torch.bool)}
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -124,4 +131,5 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "FunAsrNanoEncoder": _stacked_frames,
     "Qwen3ASREncoder": _chunked_spectrogram,
     "Dots3NoteAudioModel": _audio_chunks,
+    "Gemma3nAudioEncoder": _gemma3n_audio,
 }
