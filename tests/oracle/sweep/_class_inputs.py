@@ -112,6 +112,21 @@ def _gemma3n_audio(model: Any) -> dict[str, Any]:
     return {"audio_mel": mel, "audio_mel_mask": torch.zeros(_inputs.BATCH, frames, dtype=torch.bool)}
 
 
+def _codec_with_semantics(model: Any) -> dict[str, Any]:
+    """X-Codec 2 / NeuCodec: a (batch, 1, samples) waveform for the acoustic encoder and, for the
+    semantic encoder (Wav2Vec2-BERT), its stacked features at the same frame rate (one frame per
+    `prod(downsampling_ratios)` samples)."""
+    config, frames = model.config, 10
+    hop = 1
+    for ratio in config.downsampling_ratios:
+        hop *= ratio
+    width = config.semantic_model_config.feature_projection_input_dim
+    return {
+        "input_values": torch.randn(_inputs.BATCH, 1, frames * hop, generator=_inputs._generator(5)),
+        "input_features": torch.randn(_inputs.BATCH, frames, width, generator=_inputs._generator(4)),
+    }
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -132,4 +147,5 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "Qwen3ASREncoder": _chunked_spectrogram,
     "Dots3NoteAudioModel": _audio_chunks,
     "Gemma3nAudioEncoder": _gemma3n_audio,
+    **dict.fromkeys(("Xcodec2Model", "NeuCodecModel"), _codec_with_semantics),
 }
