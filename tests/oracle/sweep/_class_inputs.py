@@ -127,6 +127,17 @@ def _codec_with_semantics(model: Any) -> dict[str, Any]:
     }
 
 
+def _mono_waveform(model: Any) -> dict[str, Any]:
+    """PE Audio: a (batch, 1, samples) waveform of 8 frames of its DAC embedder (`hop_length` samples
+    each), and for its text-audio models the text ids too."""
+    config = model.config
+    dac = getattr(config, "dac_config", None) or config.audio_config.dac_config
+    inputs = {"input_values": _inputs.input_values(config, length=8 * dac.hop_length).unsqueeze(1)}
+    if "input_ids" in _inputs.forward_parameters(model):
+        inputs["input_ids"] = _inputs.token_ids(model.config)
+    return inputs
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -148,4 +159,5 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "Dots3NoteAudioModel": _audio_chunks,
     "Gemma3nAudioEncoder": _gemma3n_audio,
     **dict.fromkeys(("Xcodec2Model", "NeuCodecModel"), _codec_with_semantics),
+    **dict.fromkeys(("PeAudioEncoder", "PeAudioModel", "PeAudioFrameLevelModel"), _mono_waveform),
 }
