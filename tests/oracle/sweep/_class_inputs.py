@@ -87,6 +87,14 @@ def _stacked_frames(model: Any) -> dict[str, Any]:
     return {"input_features": features, "input_features_mask": torch.ones(_inputs.BATCH, frames, dtype=torch.long)}
 
 
+def _four_stacked_frames(model: Any) -> dict[str, Any]:
+    """Granite Speech 5's encoder (alone or under its CTC head): (batch, frames, 4 * mel), four
+    spectrogram frames stacked per step."""
+    config = getattr(model.config, "encoder_config", None) or model.config
+    features = torch.randn(_inputs.BATCH, 32, 4 * config.num_mel_bins, generator=_inputs._generator(4))
+    return {"input_features": features}
+
+
 def _chunked_spectrogram(model: Any) -> dict[str, Any]:
     """Qwen3-ASR's encoder: (batch, mel, frames) cut into windows of `2 * n_window` frames (one
     window), all valid."""
@@ -156,6 +164,7 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "AudioFlamingo3Encoder": _with_frame_mask,
     "FunAsrNanoEncoder": _stacked_frames,
     "Qwen3ASREncoder": _chunked_spectrogram,
+    **dict.fromkeys(("GraniteSpeech5Encoder", "GraniteSpeech5ForCTC"), _four_stacked_frames),
     "Dots3NoteAudioModel": _audio_chunks,
     "Gemma3nAudioEncoder": _gemma3n_audio,
     **dict.fromkeys(("Xcodec2Model", "NeuCodecModel"), _codec_with_semantics),

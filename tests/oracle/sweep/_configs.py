@@ -138,6 +138,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         family: {"num_key_value_heads": HEADS}
         for family in (
             "nemotron3_diarization_audio", "nemotron3_5_transcribe_asr_audio", "nemotron3_5_transcribe_word_timestamp",
+            "granite_speech5_encoder",
         )
     },
     "flint": {"mlp_only_layers": [0]},  # the default makes layers 0 and 1 dense: a MoE layer second
