@@ -146,6 +146,16 @@ def _mono_waveform(model: Any) -> dict[str, Any]:
     return inputs
 
 
+def _codebook_ids(model: Any) -> dict[str, Any]:
+    """Models that embed one id per codebook at each step (Kyutai speech-to-text, CSM's backbone):
+    (batch, seq, codebooks) ids, as many codebooks as their embedding's `audio_tokens_offsets`."""
+    offsets = next(buffer for name, buffer in model.named_buffers() if name.endswith("audio_tokens_offsets"))
+    columns = [_inputs.token_ids(model.config, seed=1 + i) for i in range(len(offsets))]
+    inputs = _generic(model)
+    inputs["input_ids"] = torch.stack(columns, dim=-1)
+    return inputs
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -169,4 +179,7 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "Gemma3nAudioEncoder": _gemma3n_audio,
     **dict.fromkeys(("Xcodec2Model", "NeuCodecModel"), _codec_with_semantics),
     **dict.fromkeys(("PeAudioEncoder", "PeAudioModel", "PeAudioFrameLevelModel"), _mono_waveform),
+    **dict.fromkeys(
+        ("KyutaiSpeechToTextModel", "KyutaiSpeechToTextForConditionalGeneration", "CsmBackboneModel"), _codebook_ids
+    ),
 }
