@@ -153,6 +153,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The quantizer reads the acoustic and semantic states side by side (twice the lowered hidden size); the
     # decoder's rotary embedding is applied before keys are grouped (as many key/value heads as query heads).
     **{family: {"quantization_dim": 2 * HIDDEN, "num_key_value_heads": HEADS} for family in ("xcodec2", "neucodec")},
+    "xlstm": {"embedding_dim": None, "num_blocks": None},  # aliases of hidden_size and num_hidden_layers: derived
     # Set by the encoder-decoder config on its parts; read by the parts built alone.
     **{family: {"dropout_rate": 0.0} for family in ("t5gemma2_decoder", "t5gemma2_text")},
     # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
