@@ -30,14 +30,21 @@ def _embeddings(model: Any) -> dict[str, Any]:
     return inputs
 
 
-def _with_encoder_states(model: Any) -> dict[str, Any]:
-    """A decoder that refuses to run without encoder states (T5Gemma, Moonshine Streaming, Cohere ASR): the generic
-    ids plus (batch, 5, width) states, the width being the encoder's where the config names it."""
+def _encoder_states(model: Any) -> torch.Tensor:
+    """(batch, 5, width) encoder states, the width being the encoder's where the config names it."""
     config = model.config
     encoder = getattr(config, "encoder_config", None)
-    width = getattr(config, "cross_attention_hidden_size", None) or _inputs._width(encoder or config)
-    states = torch.randn(_inputs.BATCH, 5, width, generator=_inputs._generator(14))
-    return _generic(model) | {"encoder_hidden_states": states}
+    width = (
+        getattr(config, "cross_attention_hidden_size", None) or getattr(config, "cross_hidden_size", None)
+        or _inputs._width(encoder or config)
+    )
+    return torch.randn(_inputs.BATCH, 5, width, generator=_inputs._generator(14))
+
+
+def _with_encoder_states(model: Any) -> dict[str, Any]:
+    """A decoder that refuses to run without encoder states (T5Gemma, Moonshine Streaming, Cohere ASR):
+    the generic ids plus encoder states."""
+    return _generic(model) | {"encoder_hidden_states": _encoder_states(model)}
 
 
 def _text_to_unit(model: Any) -> dict[str, Any]:
@@ -147,9 +154,9 @@ def _mono_waveform(model: Any) -> dict[str, Any]:
 
 
 def _codebook_ids(model: Any) -> dict[str, Any]:
-    """Models that embed one id per codebook at each step (Kyutai speech-to-text, CSM's backbone):
-    (batch, seq, codebooks) ids, as many codebooks as their embedding's `audio_tokens_offsets`."""
-    offsets = next(buffer for name, buffer in model.named_buffers() if name.endswith("audio_tokens_offsets"))
+    """Models that embed one id per codebook at each step (Kyutai speech-to-text, CSM's backbone, Dia's
+    decoder): (batch, seq, codebooks) ids, as many codebooks as their embedding's offsets."""
+    offsets = next(buffer for name, buffer in model.named_buffers() if name.endswith(("tokens_offsets", "offsets")))
     columns = [_inputs.token_ids(model.config, seed=1 + i) for i in range(len(offsets))]
     inputs = _generic(model)
     inputs["input_ids"] = torch.stack(columns, dim=-1)
@@ -179,6 +186,7 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "Gemma3nAudioEncoder": _gemma3n_audio,
     **dict.fromkeys(("Xcodec2Model", "NeuCodecModel"), _codec_with_semantics),
     **dict.fromkeys(("PeAudioEncoder", "PeAudioModel", "PeAudioFrameLevelModel"), _mono_waveform),
+    "DiaDecoder": lambda model: _codebook_ids(model) | {"encoder_hidden_states": _encoder_states(model)},
     **dict.fromkeys(
         ("KyutaiSpeechToTextModel", "KyutaiSpeechToTextForConditionalGeneration", "CsmBackboneModel"), _codebook_ids
     ),
