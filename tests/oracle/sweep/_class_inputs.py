@@ -163,6 +163,14 @@ def _codebook_ids(model: Any) -> dict[str, Any]:
     return inputs
 
 
+def _depth_decoder(model: Any) -> dict[str, Any]:
+    """Moshi's depth decoder: a text id then one id per codebook (each position its own codebook), and
+    the main decoder's last hidden state at each position (`input_size` wide)."""
+    config, length = model.config, model.config.num_codebooks
+    states = torch.randn(_inputs.BATCH, length, config.input_size, generator=_inputs._generator(14))
+    return {"input_ids": _inputs.token_ids(config, length=length), "last_hidden_state": states}
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -186,6 +194,7 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "Gemma3nAudioEncoder": _gemma3n_audio,
     **dict.fromkeys(("Xcodec2Model", "NeuCodecModel"), _codec_with_semantics),
     **dict.fromkeys(("PeAudioEncoder", "PeAudioModel", "PeAudioFrameLevelModel"), _mono_waveform),
+    "MoshiDepthDecoder": _depth_decoder,
     "DiaDecoder": lambda model: _codebook_ids(model) | {"encoder_hidden_states": _encoder_states(model)},
     **dict.fromkeys(
         ("KyutaiSpeechToTextModel", "KyutaiSpeechToTextForConditionalGeneration", "CsmBackboneModel"), _codebook_ids
