@@ -171,6 +171,16 @@ def _depth_decoder(model: Any) -> dict[str, Any]:
     return {"input_ids": _inputs.token_ids(config, length=length), "last_hidden_state": states}
 
 
+def _moshi(model: Any) -> dict[str, Any]:
+    """Moshi: text ids plus its own and the user's audio codes, (batch, codebooks, seq) each."""
+    config, codebooks = model.config, model.config.num_codebooks
+
+    def codes(seed: int) -> torch.Tensor:
+        return torch.stack([_inputs.token_ids(config, seed=seed + i) for i in range(codebooks)], dim=1)
+
+    return _generic(model) | {"moshi_audio_codes": codes(20), "user_audio_codes": codes(40)}
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -195,6 +205,7 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(("Xcodec2Model", "NeuCodecModel"), _codec_with_semantics),
     **dict.fromkeys(("PeAudioEncoder", "PeAudioModel", "PeAudioFrameLevelModel"), _mono_waveform),
     "MoshiDepthDecoder": _depth_decoder,
+    "MoshiForConditionalGeneration": _moshi,
     "DiaDecoder": lambda model: _codebook_ids(model) | {"encoder_hidden_states": _encoder_states(model)},
     **dict.fromkeys(
         ("KyutaiSpeechToTextModel", "KyutaiSpeechToTextForConditionalGeneration", "CsmBackboneModel"), _codebook_ids
