@@ -181,6 +181,12 @@ def _moshi(model: Any) -> dict[str, Any]:
     return _generic(model) | {"moshi_audio_codes": codes(20), "user_audio_codes": codes(40)}
 
 
+def _text_and_speech(model: Any) -> dict[str, Any]:
+    """CLVP: text ids plus the (batch, mel, frames) spectrogram its conditioning encoder reads."""
+    mel = model.config.decoder_config.feature_size
+    return _generic(model) | {"input_features": _inputs.spectrogram(model, mel)}
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -205,6 +211,7 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(("Xcodec2Model", "NeuCodecModel"), _codec_with_semantics),
     **dict.fromkeys(("PeAudioEncoder", "PeAudioModel", "PeAudioFrameLevelModel"), _mono_waveform),
     "MoshiDepthDecoder": _depth_decoder,
+    "ClvpModelForConditionalGeneration": _text_and_speech,
     "MoshiForConditionalGeneration": _moshi,
     "DiaDecoder": lambda model: _codebook_ids(model) | {"encoder_hidden_states": _encoder_states(model)},
     **dict.fromkeys(

@@ -154,6 +154,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # decoder's rotary embedding is applied before keys are grouped (as many key/value heads as query heads).
     **{family: {"quantization_dim": 2 * HIDDEN, "num_key_value_heads": HEADS} for family in ("xcodec2", "neucodec")},
     "xlstm": {"embedding_dim": None, "num_blocks": None},  # aliases of hidden_size and num_hidden_layers: derived
+    # CLVP's speech encoder reads the ids its speech decoder predicts (below 8194, the decoder's stop token + 1);
+    # its rotary embedding spans at least 32 channels of each head: heads 32 wide.
+    "clvp_encoder": {"vocab_size": 8194, "hidden_size": 4 * HIDDEN},
     # Set by the encoder-decoder config on its parts; read by the parts built alone.
     **{family: {"dropout_rate": 0.0} for family in ("t5gemma2_decoder", "t5gemma2_text")},
     # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
