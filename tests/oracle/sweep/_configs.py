@@ -157,6 +157,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # CLVP's speech encoder reads the ids its speech decoder predicts (below 8194, the decoder's stop token + 1);
     # its rotary embedding spans at least 32 channels of each head: heads 32 wide.
     "clvp_encoder": {"vocab_size": 8194, "hidden_size": 4 * HIDDEN},
+    # BLT's local encoder and decoder project to and from the global transformer's (lowered) width; fewer
+    # hash buckets for its byte n-gram embeddings.
+    **{family: {"hidden_size_global": HIDDEN} for family in ("blt_local_encoder", "blt_local_decoder")},
+    "blt": {"encoder_hash_byte_group_vocab": 1024},
     # Set by the encoder-decoder config on its parts; read by the parts built alone.
     **{family: {"dropout_rate": 0.0} for family in ("t5gemma2_decoder", "t5gemma2_text")},
     # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
