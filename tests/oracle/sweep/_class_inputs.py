@@ -187,6 +187,15 @@ def _text_and_speech(model: Any) -> dict[str, Any]:
     return _generic(model) | {"input_features": _inputs.spectrogram(model, mel)}
 
 
+def _autoformer_decoder(model: Any) -> dict[str, Any]:
+    """Autoformer's decoder: the generic embedded series plus the trend it accumulates (same shape) and
+    the encoder's states over the context window."""
+    config, inputs = model.config, _generic(model)
+    states = torch.randn(_inputs.BATCH, config.context_length, config.d_model, generator=_inputs._generator(14))
+    trend = torch.randn(inputs["inputs_embeds"].shape, generator=_inputs._generator(18))
+    return inputs | {"trend": trend, "encoder_hidden_states": states}
+
+
 CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(
         (
@@ -211,6 +220,7 @@ CLASS_INPUTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     **dict.fromkeys(("Xcodec2Model", "NeuCodecModel"), _codec_with_semantics),
     **dict.fromkeys(("PeAudioEncoder", "PeAudioModel", "PeAudioFrameLevelModel"), _mono_waveform),
     "MoshiDepthDecoder": _depth_decoder,
+    "AutoformerDecoder": _autoformer_decoder,
     "ClvpModelForConditionalGeneration": _text_and_speech,
     "MoshiForConditionalGeneration": _moshi,
     "DiaDecoder": lambda model: _codebook_ids(model) | {"encoder_hidden_states": _encoder_states(model)},
