@@ -9,7 +9,9 @@ None but their models read as numbers are filled (`FILL`); multimodal rotary sec
 widths and feature-layer indices are fitted to the small sizes. The vocabulary stays large enough
 to hold every special token id the config names, so multimodal placeholder tokens keep their
 meaning. Families where that is not enough get explicit overrides in `OVERRIDES` (applied to the
-config, or to any sub-config, of that model type).
+config, or to any sub-config, of that model type); `REDERIVED` names computed fields to leave out so
+the config computes them again. Per class: `CLASS_SUBCONFIGS` (stacks built from a part of their
+composite config), `CLASS_PREFIXES` (parts whose fields carry a prefix) and `CLASS_OVERRIDES`.
 """
 
 from __future__ import annotations
@@ -380,7 +382,8 @@ def _set_eager(config: Any) -> None:
 # Class name -> fields set on its root config (classes used standalone in ways the default config does not allow).
 CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     "T5Stack": {"use_cache": False},
-    "Qwen3OmniMoeTalkerForConditionalGeneration": {"spatial_merge_size": 2},  # read for rotary indices; the vision tower's
+    # Read (as the vision tower's merge size) for its rotary indices, absent from its config.
+    "Qwen3OmniMoeTalkerForConditionalGeneration": {"spatial_merge_size": 2},
 }
 
 # Class name -> the sub-config it is built from: stacks whose `config_class` names the composite config although
