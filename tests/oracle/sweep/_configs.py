@@ -328,7 +328,7 @@ def _shrunk(config: Any, level: str, mrope: list[int] | None = None) -> Any:
         if level == "small" or key in LAYER_FIELDS:
             values[key] = _lowered(key, value)
     _per_layer(values, before, _layer_count(values), level)
-    _feature_layers(values, _layer_count(values))
+    _feature_layers(values, _layer_count(values) or LAYERS)  # no layer count: the indices are another tower's
     for name in getattr(config, "sub_configs", {}) or {}:
         sub = getattr(config, name, None)
         if sub is not None and hasattr(sub, "to_dict"):
