@@ -132,6 +132,21 @@ def _field(output: Any, key: str) -> Any:
     return getattr(output, key, None)
 
 
+def fresh(inputs: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the inputs for one forward (tensors cloned, lists copied): a forward that writes into
+    an input in place (MoonshineStreaming adds position embeddings to its encoder states) leaves the
+    next forward's inputs as they were."""
+
+    def copied(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.clone()
+        if isinstance(value, (list, tuple)):
+            return type(value)(copied(item) for item in value)
+        return value
+
+    return {key: copied(inputs[key]) for key in inputs}
+
+
 def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]) -> dict[str, Any]:
     """The model's own output with every flag on: key -> its value (None when not returned at the top);
     under `NESTED`, the fields of the output that hold a nested output carrying one of the keys, and
@@ -140,7 +155,7 @@ def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]
     also an entry."""
     torch.manual_seed(SEED)
     with torch.no_grad():
-        output = model(**inputs, **flags(keys))
+        output = model(**fresh(inputs), **flags(keys))
     found = {key: _field(output, key) for key in keys}
     names = list(output.keys()) if hasattr(output, "keys") else []
     found[PREFIXED] = [
@@ -242,7 +257,7 @@ def warm_up(model: nn.Module, inputs: dict[str, torch.Tensor]) -> str:
     before = {path: type(module).__name__ for path, module in model.named_modules()}
     torch.manual_seed(SEED)
     with torch.no_grad():
-        model(**inputs)
+        model(**fresh(inputs))
     after = {path: type(module).__name__ for path, module in model.named_modules()}
     changes = {f"{before[p]} -> {after[p]}" for p in before.keys() & after.keys() if before[p] != after[p]}
     return f"its first forward replaced {', '.join(sorted(changes))}" if changes else ""
@@ -330,7 +345,7 @@ def _captures(built: Built, variant: str) -> dict[str, Any]:
         spec = exported_spec(built)
     torch.manual_seed(SEED)
     with torch.no_grad(), yamltrace.trace(model, spec) as captures:
-        model(**inputs)
+        model(**fresh(inputs))
     found = {key: captures[key] if key in captures else None for key in built.keys + built.expected[PREFIXED]}
     found[EXPOSED] = {name: captures[name] for name in captures}
     return found | nested_captures(captures, [entry for entry in built.compared if "." in entry])

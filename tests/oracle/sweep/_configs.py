@@ -10,7 +10,9 @@ widths and feature-layer indices are fitted to the small sizes. The vocabulary s
 to hold every special token id the config names, so multimodal placeholder tokens keep their
 meaning. Families where that is not enough get explicit overrides in `OVERRIDES` (applied to the
 config, or to any sub-config, of that model type), `SUB_OVERRIDES` (one sub-config of one parent
-type) or `CLASS_OVERRIDES` (the root config of one class).
+type); `REDERIVED` names computed fields to leave out so the config computes them again. Per class:
+`CLASS_SUBCONFIGS` (stacks built from a part of their composite config), `CLASS_PREFIXES` (parts whose
+fields carry a prefix) and `CLASS_OVERRIDES` (the root config of one class).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ SIZES: dict[str, int] = {
 # `_fill` derive it (head_dim = hidden // heads; MLA keeps one key/value head per query head).
 FILL: dict[str, Any] = {
     "head_dim": None, "num_key_value_heads": None, "vocab_size": 99,
-    "num_experts_per_tok": 2, "n_routed_experts": 4,
+    "num_experts_per_tok": 2, "n_routed_experts": 4, "n_shared_experts": 1,
 }
 
 # Fields recomputed from the others when absent.
@@ -214,6 +216,49 @@ OVERRIDES: dict[str, dict[str, Any]] = {
             "scale_conv_out_channels": [16], "scale_final_hidden_sizes": [16, 16],
         },
     },
+    # Adapters from the audio and vision towers into the text model: their widths must match both sides.
+    "dots3_note_vision_encoder": {"adapter_in_dim": HIDDEN, "adapter_out_dim": HIDDEN},
+    "dots3_note_audio_encoder": {"adapter_input_size": HIDDEN, "adapter_out_dim": HIDDEN},
+    "diffusion_gemma_text": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16},  # every layer MoE
+    "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": 16},  # read by its MoE, absent from its config
+    # Value projections as wide as the queries: as many key/value heads as query heads.
+    **{
+        family: {"num_key_value_heads": HEADS}
+        for family in (
+            "nemotron3_diarization_audio", "nemotron3_5_transcribe_asr_audio", "nemotron3_5_transcribe_word_timestamp",
+            "granite_speech5_encoder",
+        )
+    },
+    "flint": {"mlp_only_layers": [0]},  # the default makes layers 0 and 1 dense: a MoE layer second
+    "step3p5": {"sliding_window": 4},  # Step3p7's text config: its forward builds a sliding mask whatever the layers
+    # The text-to-unit model's sizes (its part of the config is named with a `t2u_` prefix).
+    "seamless_m4t_v2": {
+        "t2u_encoder_layers": LAYERS, "t2u_decoder_layers": LAYERS, "t2u_encoder_ffn_dim": 48, "t2u_decoder_ffn_dim": 48,
+        "t2u_encoder_attention_heads": HEADS, "t2u_decoder_attention_heads": HEADS,
+        "t2u_variance_predictor_embed_dim": HIDDEN, "t2u_variance_predictor_hidden_dim": 16,
+    },
+    "moonshine_streaming": {"num_key_value_heads": HEADS},  # read by its decoder's attention (as its head count)
+    # The quantizer reads the acoustic and semantic states side by side (twice the lowered hidden size); the
+    # decoder's rotary embedding is applied before keys are grouped (as many key/value heads as query heads).
+    **{family: {"quantization_dim": 2 * HIDDEN, "num_key_value_heads": HEADS} for family in ("xcodec2", "neucodec")},
+    "xlstm": {"embedding_dim": None, "num_blocks": None},  # aliases of hidden_size and num_hidden_layers: derived
+    # CLVP's speech encoder reads the ids its speech decoder predicts (below 8194, the decoder's stop token + 1);
+    # its rotary embedding spans at least 32 channels of each head: heads 32 wide.
+    "clvp_encoder": {"vocab_size": 8194, "hidden_size": 4 * HIDDEN},
+    # BLT's local encoder and decoder project to and from the global transformer's (lowered) width; fewer
+    # hash buckets for its byte n-gram embeddings.
+    **{family: {"hidden_size_global": HIDDEN} for family in ("blt_local_encoder", "blt_local_decoder")},
+    "blt": {"encoder_hash_byte_group_vocab": 1024},
+    # Set by the encoder-decoder config on its parts; read by the parts built alone.
+    **{family: {"dropout_rate": 0.0} for family in ("t5gemma2_decoder", "t5gemma2_text")},
+    # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
+    # Its attention widths are derived (twice the hidden size) when None.
+    "zamba": {
+        "num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"],
+        "attention_hidden_size": None, "attention_head_dim": None,
+    },
+    # Its attention reads a field its config class lacks, and clamps with `clip_qkv` (None fails): the checkpoint's.
+    "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
 }
 
 
@@ -222,6 +267,16 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 SUB_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     # The neck fuses the four stages the parent's default backbone names (the generic shrinking drops them).
     ("pp_ocrv5_mobile_det", "backbone_config"): {"out_indices": [2, 3, 4, 5]},
+}
+
+# model_type -> fields its config's `__post_init__` computes from others but which are no dataclass fields:
+# passed back to the constructor, they would land as extra attributes over the recomputed values.
+REDERIVED: dict[str, tuple[str, ...]] = {
+    "zamba2": (
+        "attention_hidden_size", "attention_head_dim", "mamba_headdim", "kv_channels", "num_query_groups",
+        "hybrid_layer_ids",
+    ),
+    "dots3_note_audio_encoder": ("conv_output_size", "samples_per_token"),
 }
 
 
@@ -281,7 +336,10 @@ def _per_layer(values: dict[str, Any], before: int | None, after: int | None, le
                 continue
             first = value[min(value, key=_index)]
             if isinstance(first, dict) and level == "small":
-                first = {k: _lowered(k, v) for k, v in first.items()}
+                lowered = {k: _lowered(k, v) for k, v in first.items()}
+                if "num_key_value_heads" in first and first["num_key_value_heads"] == first.get("num_attention_heads"):
+                    lowered["num_key_value_heads"] = lowered["num_attention_heads"]  # no grouped-query attention
+                first = lowered
             values[key] = {after - 1: first}
 
 
@@ -358,7 +416,8 @@ def _shrunk(config: Any, level: str, mrope: list[int] | None = None, extra: dict
     Per-layer lists follow the layer count; `layer_types` is dropped so the config derives it again,
     or (configs that do not derive it) picked like the other per-layer lists."""
     everything = config.to_dict()
-    values = {k: v for k, v in everything.items() if k not in DERIVED}
+    rederived = REDERIVED.get(getattr(config, "model_type", None), ())
+    values = {k: v for k, v in everything.items() if k not in DERIVED and k not in rederived}
     before = _layer_count(values)
     for key, value in list(values.items()):
         if level == "small" or key in LAYER_FIELDS:
@@ -451,7 +510,16 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     # Built by UVDoc's backbone with the backbone's config, though its class names the whole model's: the
     # bridge stages (channels, dilation) that config would give it, two of them.
     "UVDocBridge": {"stage_configs": [[[128, 1]], [[128, 2], [128, 3]]]},
+    # Read (as the vision tower's merge size) for its rotary indices, absent from its config.
+    "Qwen3OmniMoeTalkerForConditionalGeneration": {"spatial_merge_size": 2},
 }
+
+# Class name -> the sub-config it is built from: stacks whose `config_class` names the composite config although
+# the composite builds them from one of its parts (`T5GemmaEncoder(config.encoder)`).
+CLASS_SUBCONFIGS: dict[str, str] = {"T5GemmaEncoder": "encoder", "T5GemmaDecoder": "decoder"}
+# Class name -> the prefix of the fields that replace the unprefixed ones for it, as its composite does when
+# building it (`t2u_decoder_layers` -> `decoder_layers`).
+CLASS_PREFIXES: dict[str, str] = {"SeamlessM4Tv2TextToUnitDecoder": "t2u_"}
 
 
 # The "layers" level keeps widths, so it is only tried on configs no wider than this.
@@ -494,6 +562,13 @@ def tiny_config(model_cls: type, level: str = "small") -> Any:
     if level == "layers" and _widest(default) > MAX_FALLBACK_WIDTH:
         raise ValueError(f"too wide to build with only its layer counts lowered (width {_widest(default)})")
     config = _shrunk(default, level, _mrope_default(model_cls))
+    if model_cls.__name__ in CLASS_SUBCONFIGS:
+        config = getattr(config, CLASS_SUBCONFIGS[model_cls.__name__])
+    if model_cls.__name__ in CLASS_PREFIXES:
+        prefix = CLASS_PREFIXES[model_cls.__name__]
+        for key, value in config.to_dict().items():
+            if key.startswith(prefix):
+                setattr(config, key[len(prefix):], value)
     _post_overrides(config)
     for key, value in CLASS_OVERRIDES.get(model_cls.__name__, {}).items():
         _set_path(config, key, value)

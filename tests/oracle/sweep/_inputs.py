@@ -5,8 +5,8 @@ multimodal model look for image features). Encoder-decoders also get `decoder_in
 Beyond ids, pixels, audio and spectrograms: encoder stacks (`hidden_states`), clips
 (`pixel_values_videos`, 5-D pixels), Qwen2-VL style flattened patches with their `grid_thw`,
 SigLIP 2 patches with `spatial_shapes`, NaViT-packed patch strips with `target_sizes`, tiled images
-with aspect ratios, Q-Former queries, time series (`past_values` and time
-features), layout boxes (`bbox`) and pre-training patch masks. Layouts no builder infers come from
+with aspect ratios, Q-Former queries, time series (`past_values` and time features), layout boxes
+(`bbox`), pre-training patch masks and codec latents (`latents`). Layouts no builder infers come from
 per-class hooks (`_class_inputs`). Everything is drawn from fixed-seed generators, so two calls give
 equal tensors.
 """
@@ -246,6 +246,11 @@ def bbox(config: Any, seed: int = 12) -> torch.Tensor:
     return corners.reshape(BATCH, SEQ, 4)  # (x0, y0, x1, y1)
 
 
+def latents(config: Any, seed: int = 17) -> torch.Tensor:
+    """(batch, width, 4): continuous codec latents, channels first, for an audio decoder to upsample."""
+    return torch.randn(BATCH, _width(config), 4, generator=_generator(seed))
+
+
 BUILDERS = {
     "input_ids": token_ids,
     "pixel_values": pixel_values,
@@ -257,6 +262,7 @@ BUILDERS = {
     "image": pixel_values,  # BridgeTower's vision tower
     "patch_embeds": patch_grid,
     "query_embeds": inputs_embeds,  # a Q-Former's learned queries
+    "latents": latents,
 }
 
 

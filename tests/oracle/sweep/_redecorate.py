@@ -3,9 +3,10 @@
 Every module of a model whose class `forward` carries transformers' `capture_outputs` gets a
 subclass whose `forward` is the same code with each decorator replaced in place: transformers'
 `capture_outputs` by yamltrace's (same `tie_last_hidden_states`), `merge_with_config_defaults` by
-yamltrace's, `can_return_tuple` and backbones' `filter_output_hidden_states` (which asks its forward for
-hidden states and drops them from the output unless the caller asked) kept. Any other decorator in the chain is an error (the harness
-cannot rebuild what it does not know), so nothing is silently dropped.
+yamltrace's, `can_return_tuple` and backbones' `filter_output_hidden_states` (which asks its forward
+for hidden states and drops them from the output unless the caller asked) kept. Any other decorator
+in the chain is an error (the harness cannot rebuild what it does not know), so nothing is silently
+dropped.
 """
 
 from __future__ import annotations
