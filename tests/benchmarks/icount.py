@@ -23,6 +23,7 @@ import ctypes
 import gc
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 FLAGS = {"output_hidden_states": True, "output_attentions": True}
+TRACE_ROUNDS = 3  # interleaved rounds of the trace section (see measure)
 _WORKER = "YAMLTRACE_ICOUNT_WORKER"  # set (to the dump folder) in the process valgrind runs
 
 
@@ -178,19 +180,33 @@ def measure(counter: Counter, layers: int) -> list[tuple[str, str, float, str, f
     row("single", "transformers, capture on then off", once(_fresh(templates["transformers"], fresh_count), FLAGS),
         "plain (transformers merge), two forwards")
 
-    # trace around a loop of forwards, against forward hooks on the same modules.
+    # trace around a loop of forwards, against forward hooks on the same modules. The variants are measured
+    # in interleaved rounds, each reported as the median of its same-round differences with the raw loop:
+    # a single count of this section moves with the process's history by as much as what is measured.
     model = m["raw"]
     plan = plan_hooks(model, normalize_output_map(own_output_map(model)), nested_maps=True)
     forward = lambda: model(input_ids=ids)  # noqa: E731
-    row("trace", "raw forward, loop", forward, None)
-    for append in (False, True):
-        handles = _hook_loop(model, plan, append)
-        name = f"{len(plan)} forward hooks {'appending the output' if append else 'doing nothing'}"
-        row("trace", name, forward, "raw forward, loop")
-        for handle in handles:
-            handle.remove()
-    with yamltrace.trace(model):
-        row("trace", "yamltrace.trace(model)", forward, "raw forward, loop")
+    hooks_name = {append: f"{len(plan)} forward hooks {'appending the output' if append else 'doing nothing'}"
+                  for append in (False, True)}
+    rounds: dict[str, list[float]] = {}
+    for _ in range(TRACE_ROUNDS):
+        with torch.inference_mode():
+            rounds.setdefault("raw forward, loop", []).append(counter.per_call(forward))
+            for append in (False, True):
+                handles = _hook_loop(model, plan, append)
+                rounds.setdefault(hooks_name[append], []).append(counter.per_call(forward))
+                for handle in handles:
+                    handle.remove()
+            with yamltrace.trace(model):
+                rounds.setdefault("yamltrace.trace(model)", []).append(counter.per_call(forward))
+    raw_rounds = rounds.pop("raw forward, loop")
+    raw_loop = statistics.median(raw_rounds)
+    per["raw forward, loop"] = raw_loop
+    rows.append(("trace", "raw forward, loop", raw_loop, "", 0.0))
+    for name, values in rounds.items():  # the median of same-round differences
+        added = statistics.median(value - raw for value, raw in zip(values, raw_rounds))
+        per[name] = raw_loop + added
+        rows.append(("trace", name, per[name], "raw forward, loop", added))
 
     # Off again, after every kind of capture ran in this process.
     row("off after captures", "raw forward (no decorator)", lambda: m["raw"](input_ids=ids), None)
