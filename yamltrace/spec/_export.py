@@ -16,7 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..engine import OutputRecorder, decorated_paths, decorator_tie_last, normalize_output_map, own_output_map, scope_modules
+from ..engine import (
+    OutputRecorder, decorated_paths, decorator_tie_last, is_under, normalize_output_map, own_output_map, plan_hooks,
+    scope_modules,
+)
 from ._spec import Spec, SpecScope
 
 __all__ = ["spec_from_model"]
@@ -71,7 +74,9 @@ def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
         A `Spec` that captures what the model's own maps capture; `spec.to_yaml()` writes it.
 
     Raises:
-        ValueError: the model has no capture map and no decorated submodule to export.
+        ValueError: the model has no capture map and no decorated submodule to export, or a submodule
+            switches to a map of its own without a capture decorator (a spec would hook other modules
+            than the model's own maps: checked on the built model).
     """
     model_cls = cls_or_model if isinstance(cls_or_model, type) else type(cls_or_model)
     model = cls_or_model if isinstance(cls_or_model, nn.Module) else _on_meta(model_cls)
@@ -104,4 +109,43 @@ def spec_from_model(cls_or_model: type[nn.Module] | nn.Module) -> Spec:
     sections = {path: SpecScope(recorders, inherited | own) for path, (recorders, own) in parts.items()}
     if not outputs and not any(scope.outputs for scope in sections.values()):
         raise ValueError(f"{model_cls.__name__} declares no _can_record_outputs, so there is no spec to export.")
-    return Spec(outputs=outputs, options=options, model=model_cls.__name__, scopes=sections)
+    spec = Spec(outputs=outputs, options=options, model=model_cls.__name__, scopes=sections)
+    _check_same_hooks(model, spec, scopes)
+    return spec
+
+
+def _hooked(
+    model: nn.Module, scopes: list[str], tasks_of: Mapping[str, tuple[Any, ...]], nested_maps: bool
+) -> set[tuple[str, str]]:
+    """(module path, key) for every module a scope's tasks hook, nested scopes left out."""
+    found: set[tuple[str, str]] = set()
+    for scope in scopes:
+        nested = [n for n in scopes if n != scope and is_under(n, scope)]
+        keys = {key for key, _ in tasks_of[scope]}
+        for _, path, entries in plan_hooks(model.get_submodule(scope), tasks_of[scope], nested_maps=nested_maps):
+            full = f"{scope}{path}" if scope else path[1:]
+            if not any(is_under(full, n) for n in nested):
+                found.update((full, entry[0]) for entry in entries if entry[0] in keys)
+    return found
+
+
+def _check_same_hooks(model: nn.Module, spec: Spec, scopes: list[str]) -> None:
+    """Raise when the exported spec would hook other modules than the model's own maps do.
+
+    Under its own maps, a submodule that declares `_can_record_outputs` without a capture decorator
+    switches its subtree to that map (transformers' rule); a spec has no way to say so, and would
+    silently capture more (or other) modules than `trace(model)`.
+    """
+    own = {path: tuple(normalize_output_map(_own_map(model.get_submodule(path)))) for path in scopes}
+    outputs = {path: spec.outputs if path == "" else spec.scopes[path].outputs for path in scopes}
+    written = {path: tuple((key, r) for key, rs in outputs[path].items() for r in rs) for path in scopes}
+    expected, exported = _hooked(model, scopes, own, True), _hooked(model, scopes, written, False)
+    if expected != exported:
+        extra, missing = sorted(exported - expected), sorted(expected - exported)
+        where = ", ".join(f"{path or '<root>'} ({key})" for path, key in (extra or missing)[:4])
+        raise ValueError(
+            f"{type(model).__name__} switches capture maps inside its subtree (a submodule declares its own "
+            "_can_record_outputs without a capture decorator), which a spec cannot express: the exported spec "
+            f"would {'also hook' if extra else 'miss'} {len(extra or missing)} module(s) its own maps "
+            f"{'leave out' if extra else 'hook'}, e.g. {where}. Use trace(model) without a spec for this model."
+        )

@@ -6,13 +6,14 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
 from helpers import assert_same
 from helpers_scopes import EncoderDecoder, Head, Outer, build
 from yamltrace.capture import capture_outputs
 from yamltrace.errors import SpecError
 from yamltrace.modeling import BaseModelOutputWithPast
-from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer
+from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyModel
 from yamltrace.spec import load_spec, spec_from_model, validate_spec
 from yamltrace.tracing import trace
 
@@ -125,3 +126,42 @@ def test_a_scope_under_an_untied_root_keeps_its_own_tie_last(cls, input_ids) -> 
     assert list(exported) == list(own) and own
     for key in own:
         assert_same(exported[key], own[key], key)
+
+
+class _Switching(nn.Module):
+    """A submodule that declares its own map but whose forward carries no decorator (as BltModel's local
+    encoder): under the model's own maps its subtree records only `local_attentions`."""
+
+    _can_record_outputs = {"local_attentions": TinyAttention}
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(TinyDecoderLayer(config) for _ in range(2))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return hidden
+
+
+class _SwitchingOuter(TinyModel):
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.local = _Switching(config)
+
+    @capture_outputs
+    def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> BaseModelOutputWithPast:
+        hidden = self.local(self.embed_tokens(input_ids))
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden))
+
+
+def test_export_refuses_a_model_that_switches_maps_inside_its_subtree(input_ids) -> None:
+    model = build(_SwitchingOuter)
+    with torch.no_grad(), trace(model) as own:
+        model(input_ids)
+    # Its own maps leave the local layers out of hidden_states; a spec cannot say so, so no spec is exported.
+    assert len(own["hidden_states"]) == model.config.num_hidden_layers + 1
+    with pytest.raises(ValueError, match=r"switches capture maps.*also hook 4 module\(s\).*local\.layers\.0 "):
+        spec_from_model(model)
