@@ -16,7 +16,10 @@ BUILT = ("inputs", "forward", "no-output", "compared")  # statuses reached after
 # The class stays counted as differing: these are what its own output returns, not what its hooks record.
 CAUSES: dict[str, str] = {
     **dict.fromkeys(
-        ("bridgetower.BridgeTowerModel", "bridgetower.BridgeTowerForMaskedLM", "bridgetower.BridgeTowerForImageAndTextRetrieval"),
+        (
+            "bridgetower.BridgeTowerModel", "bridgetower.BridgeTowerForMaskedLM",
+            "bridgetower.BridgeTowerForImageAndTextRetrieval", "bridgetower.BridgeTowerForContrastiveLearning",
+        ),
         "BridgeTowerModel builds `hidden_states` by hand: (text, image, cross-modal) tuples its forward appends, "
         "not what its map's hooks record.",
     ),
@@ -45,12 +48,18 @@ CAUSES: dict[str, str] = {
     "pp_ocrv5_server_rec.PPOCRV5ServerRecModel": "its hidden states are the HGNetV2 backbone's, collected by hand; "
     "no module carries the capture decorator (variant c has nothing to re-decorate) and its map's blocks are not "
     "in the model.",
-    "flint.FlintModel": "tiny config: `mlp_only_layers` defaults to [0, 1], so a 2-layer model has no MoE layer and "
-    "the class's FlintTopKRouter recorder (present in the default config) matches nothing; an override "
-    "`mlp_only_layers: [0]` keeps one.",
-    "sam3_lite_text.Sam3LiteTextTextModel": "tiny config: with `use_repmixer_blocks` the first and last layers are "
-    "RepMixer blocks, so a 2-layer model has no Sam3LiteTextTextEncoderLayer for the class's recorders (present in "
-    "the default config); an override of 3 layers keeps one.",
+    **dict.fromkeys(
+        ("blt.BltModel", "blt.BltForCausalLM", "chameleon.ChameleonModel", "chameleon.ChameleonForConditionalGeneration"),
+        "variant b: a submodule declares its own map without a capture decorator (BLT's local encoder and global "
+        "transformer, Chameleon's VQ-VAE), which switches its subtree to that map; a spec cannot express that, so "
+        "`spec_from_model` refuses to export rather than write a spec that hooks other modules.",
+    ),
+    "moshi.MoshiForConditionalGeneration": "naming: its forward (no capture decorator) returns its decoder's "
+    "inner model's captures under the plain names; that model is a scope of its own, so trace labels them "
+    "(`model_hidden_states`: equal).",
+    "clvp.ClvpModelForConditionalGeneration": "naming: returns the text encoder's captures as "
+    "`text_encoder_hidden_states`; trace labels the decorated model inside it by its path "
+    "(`text_encoder_model_hidden_states`: equal).",
     "timesfm2_5.TimesFm2_5ModelForPrediction": "calls its base model twice per forward (the series and its "
     "negation: `force_flip_invariance`) and returns the first call's captures; trace keeps every call of a scope "
     "(2 x 3 hidden states).",
@@ -126,7 +135,9 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         "Run it with `make fidelity`, or for some families "
         "`PYTHONPATH=tests python -m oracle.sweep --families llama,bert --out /tmp/f.md` (`--json` writes the raw",
         "results). Config shrinking and the per-family overrides are in `tests/oracle/sweep/_configs.py`, inputs in",
-        "`_inputs.py`; the popular families also run in the default suite (`tests/oracle/test_sweep_popular.py`).",
+        "`_inputs.py` (generic builders), `_parts.py` (parts of a model fed by their parent: DETR-style encoders and",
+        "decoders, SAM parts) and `_class_inputs.py` (per-class layouts); the popular families also run in the",
+        "default suite (`tests/oracle/test_sweep_popular.py`).",
         f"Models that fail at the small sizes are retried with only their layer counts lowered: "
         f"{sum(r.level == 'layers' and r.status == 'compared' for r in results)} of the compared classes were built that way.",
         "Each model runs one warm-up forward before the reference: every variant runs after it, and some models change",
