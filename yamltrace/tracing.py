@@ -332,8 +332,8 @@ def trace(
     token = None
     try:
         for scope in exposed:
-            if scope.plan:
-                handles.append(install_hooks(scope.plan, _ScopeSink(session, scope)))
+            if scope.plan and scope.collector is not None:
+                handles.append(install_hooks(scope.plan, session.scope_gate(scope.number, scope.collector)))
         handles.append(intercept([], [(module, *_frame(is_active, entries, exits)) for module, entries, exits in roles.values()]))
         token = session.enter()
         yield captures
@@ -374,13 +374,3 @@ def _frame(
                 exited(output, finished)
 
     return enter, exit
-
-
-class _ScopeSink:
-    """What `install_hooks` records into for one scope: its collector, while it is the innermost."""
-
-    __slots__ = ("collector", "recording")
-
-    def __init__(self, session: Session, scope: _Scope) -> None:
-        self.collector = scope.collector
-        self.recording = session.scope_gate(scope.number)

@@ -11,14 +11,14 @@ from typing import Any, cast
 
 import torch
 from torch import nn
-from torch.compiler import is_compiling
+from torch.compiler import is_compiling, is_dynamo_compiling
 
 from ..errors import CaptureError
 from ._intercept import Interception, intercept
 from ._positions import InputSource, PositionError, positions_selector
 from ._recorder import OutputRecorder
 
-__all__ = ["Collector", "Entry", "HookPlan", "Sessions", "Transform", "entry_of", "transform_of", "install_hooks"]
+__all__ = ["Collector", "Entry", "HookPlan", "ScopeGate", "Sessions", "Transform", "entry_of", "transform_of", "install_hooks"]
 
 # What a recorder's `positions` / `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
 Transform = Callable[[Any], Any]
@@ -162,29 +162,54 @@ class Sessions:
         self.sessions = sessions
 
 
+class ScopeGate:
+    """What the hooks of one `trace` scope record into, and when: `collector`, while the block's
+    `session` records in this context (it is in `blocks`, a `ContextVar` of the open blocks; while
+    dynamo traces, which cannot read one, while it is open) and scope number `number` is the
+    innermost of the block's `scopes` running now (a nested scope shadows its parent).
+
+    The listeners read these fields and check them inline (no call per check but dynamo's test):
+    the rule itself is `_session.Session.scope_gate`'s, which builds the gate.
+    """
+
+    __slots__ = ("collector", "session", "scopes", "number", "blocks")
+
+    def __init__(self, collector: Collector, session: Any, scopes: list[int], number: int, blocks: Any) -> None:
+        self.collector, self.session, self.scopes, self.number, self.blocks = collector, session, scopes, number, blocks
+
+
 def install_hooks(plan: HookPlan, session: Any) -> Interception:
     """Intercept each planned module's forward, recording into `session.collector` while
-    `session.recording()` says so (a `Session` of `_session`, or a `Sessions`); remove with `.remove()`.
+    `session.recording()` says so (a `Session` of `_session`, or a `Sessions`), or while a
+    `ScopeGate` opens; remove with `.remove()`.
 
     Interception (`_intercept`) rather than forward hooks: a capture installs its listeners for
     every capturing forward, and a listener costs less to install and to call than a hook.
     """
-    served = session if isinstance(session, Sessions) else Sessions((session,))
+    served = session if isinstance(session, (Sessions, ScopeGate)) else Sessions((session,))
     transformed = {entry[0] for _, _, entries in plan for entry in entries if entry[3] is not None}
     return intercept([(row[0], _listener(row, served, transformed), row) for row in plan])
 
 
-def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, transformed: set[str]) -> Any:
+def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | ScopeGate, transformed: set[str]) -> Any:
     """The listener of one planned module: a specialised one for the common case (one entry whose key
     no entry transforms), else the general `Collector.record`. Both fall back to `record` for a
-    collector with selections, and for the error of an index out of range."""
+    collector with selections, and for the error of an index out of range.
+
+    Each listener first finds the collector of the call, if any: the first of `served.sessions`
+    recording, or, for a `ScopeGate`, its collector while it opens (the same test written out in
+    each listener, so that a call makes no Python call to decide but dynamo's test)."""
     path, entries = row[1], row[2]
+    gate, sessions, scopes, number, block, blocks, gated = _gate_parts(served)
 
     def general(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        for session in served.sessions:
-            if session.recording():
-                session.collector.record(path, entries, args, kwargs, output)
-                return
+        if gate is None:
+            for session in sessions.sessions:
+                if session.recording():
+                    session.collector.record(path, entries, args, kwargs, output)
+                    return
+        elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
+            gated.record(path, entries, args, kwargs, output)
 
     if len(entries) == 1 and isinstance(entries[0][1], int) and hasattr(entries[0][3], "copies"):
         return _selection_listener(path, entries, served)  # a recorder that only keeps positions
@@ -196,12 +221,17 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, t
 
     # Closes over plain objects only (no bound built-in methods): dynamo guards on those by identity.
     def hidden_states(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        for session in served.sessions:
-            if session.recording():
-                break
+        if gate is None:
+            for session in sessions.sessions:
+                if session.recording():
+                    break
+            else:
+                return
+            collector = session.collector
+        elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
+            collector = gated
         else:
             return
-        collector = session.collector
         values = collector.lists.get(key)
         if values is None:
             return
@@ -225,12 +255,17 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, t
             paths.append(path)
 
     def other(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        for session in served.sessions:
-            if session.recording():
-                break
+        if gate is None:
+            for session in sessions.sessions:
+                if session.recording():
+                    break
+            else:
+                return
+            collector = session.collector
+        elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
+            collector = gated
         else:
             return
-        collector = session.collector
         values = collector.lists.get(key)
         if values is None:
             return
@@ -256,7 +291,15 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions, t
     return hidden_states if key == "hidden_states" else other
 
 
-def _selection_listener(path: str, entries: tuple[Entry, ...], served: Sessions) -> Any:
+def _gate_parts(served: Sessions | ScopeGate) -> tuple[Any, ...]:
+    """What a listener closes over to find its call's collector: (the gate or None, the sessions,
+    then the gate's scopes, number, session, open blocks and collector, placeholders without one)."""
+    if isinstance(served, ScopeGate):
+        return served, Sessions(), served.scopes, served.number, served.session, served.blocks, served.collector
+    return None, served, [], 0, None, None, None
+
+
+def _selection_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:
     """The listener of a module whose one recorder only keeps positions (its transform is the
     selector `transform_of` returned): select, append, and note the transform for the tied last
     hidden state, as `Collector.record` would. Everything else goes to `record` before anything is
@@ -265,14 +308,20 @@ def _selection_listener(path: str, entries: tuple[Entry, ...], served: Sessions)
     key, source, initial, transform = entries[0]
     index, select = cast(int, source), cast(Transform, transform)
     initial = initial and key == "hidden_states"
+    gate, sessions, scopes, number, block, blocks, gated = _gate_parts(served)
 
     def selected(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        for session in served.sessions:
-            if session.recording():
-                break
+        if gate is None:
+            for session in sessions.sessions:
+                if session.recording():
+                    break
+            else:
+                return
+            collector = session.collector
+        elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
+            collector = gated
         else:
             return
-        collector = session.collector
         values = collector.lists.get(key)
         if values is None:
             return

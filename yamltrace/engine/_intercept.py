@@ -62,7 +62,8 @@ class _Interceptor:
         self.listeners: tuple[tuple[Listener, Any], ...] = ()
         self.frames: tuple[tuple[Enter, Exit], ...] = ()
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, /, *args: Any, **kwargs: Any) -> Any:
+        # `self` positional-only: a keyword argument is not compared with it by name on each call.
         if self.frames:
             return self._framed(args, kwargs)
         output = self.inner(*args, **kwargs)
@@ -72,6 +73,18 @@ class _Interceptor:
 
     def _framed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         frames = self.frames
+        if len(frames) == 1:  # the common case (a `trace` root): no lists of tokens
+            ((enter, exit),) = frames
+            token = enter()
+            try:
+                output = self.inner(*args, **kwargs)
+                for listener, context in self.listeners:
+                    listener(context, args, kwargs, output)
+            except BaseException:
+                exit(token, None, False)
+                raise
+            exit(token, output, True)
+            return output
         tokens = [enter() for enter, _ in frames]
         try:
             output = self.inner(*args, **kwargs)

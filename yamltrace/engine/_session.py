@@ -11,14 +11,14 @@ so threads (and asyncio tasks) never see each other's captures. torch.compile ca
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar, Token
 from typing import Any, cast
 
 from torch import nn
 from torch.compiler import is_dynamo_compiling
 
-from ._collector import Collector, Transform
+from ._collector import Collector, ScopeGate, Transform
 
 __all__ = [
     "FLAG_ALIASES",
@@ -64,15 +64,10 @@ class Session:
         # Dynamo cannot read a ContextVar (is_dynamo_compiling: one call, where is_compiling makes two).
         return self.open if is_dynamo_compiling() else self in _open_blocks.get()
 
-    def scope_gate(self, scope: int) -> Callable[[], bool]:
-        """Whether hooks of scope number `scope` record for the current call: the block records and
-        that scope is the innermost of its scopes running."""
-        scopes, recording = self.scopes, self.recording
-
-        def records_into() -> bool:
-            return bool(scopes) and scopes[-1] == scope and recording()
-
-        return records_into
+    def scope_gate(self, scope: int, collector: Collector) -> ScopeGate:
+        """What hooks of scope number `scope` record into, and when: `collector`, while this block
+        records and that scope is the innermost of its scopes running (`_collector.ScopeGate`)."""
+        return ScopeGate(collector, self, self.scopes, scope, _open_blocks)
 
     def enter(self) -> Token[Any]:
         """Start recording in this context; pass the token to `exit`."""
