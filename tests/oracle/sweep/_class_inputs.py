@@ -18,13 +18,8 @@ from . import _inputs
 
 __all__ = ["CLASS_INPUTS"]
 
-BATCH = 2
 Generic = Callable[[], dict[str, Any]]
 Hook = Callable[[Any, Generic], dict[str, Any]]  # (model, the generic inputs) -> its inputs
-
-
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def _patch_rows(image: torch.Tensor, patch: int) -> torch.Tensor:
@@ -48,7 +43,7 @@ def _positioned_patches(model: Any, generic: Generic) -> dict[str, Any]:
     side = inputs["pixel_values"].shape[1] ** 0.5
     rows, columns = torch.meshgrid(torch.arange(int(side)), torch.arange(int(side)), indexing="ij")
     positions = torch.stack([columns.flatten(), rows.flatten()], dim=-1)
-    inputs["pixel_position_ids"] = positions.expand(BATCH, -1, -1).contiguous()
+    inputs["pixel_position_ids"] = positions.expand(_inputs.BATCH, -1, -1).contiguous()
     return inputs
 
 
@@ -74,9 +69,9 @@ def _token_patches(model: Any, generic: Generic) -> dict[str, Any]:
     language-model image token, and each image's grid counted in such tokens (2 x 2 per image)."""
     config = model.config
     merge, patch, channels = config.spatial_merge_size, config.patch_size, config.num_channels
-    grid = torch.tensor([[1, 2, 2]] * BATCH)
+    grid = torch.tensor([[1, 2, 2]] * _inputs.BATCH)
     tokens = int(grid.prod(-1).sum())
-    pixels = torch.rand(tokens, patch * merge, patch * merge, channels, generator=_generator(11)) * 2 - 1
+    pixels = torch.rand(tokens, patch * merge, patch * merge, channels, generator=_inputs._generator(11)) * 2 - 1
     return {"pixel_values": pixels, "image_grid_thw": grid}
 
 
@@ -85,7 +80,7 @@ def _mel_as_channels(model: Any, generic: Generic) -> dict[str, Any]:
     convolution has channels (128 in the checkpoint); 64 frames."""
     mel = model.config.subsampling_conv_channels[0]
     inputs = generic()
-    inputs["input_features"] = torch.randn(BATCH, 64, mel, generator=_generator(4))
+    inputs["input_features"] = torch.randn(_inputs.BATCH, 64, mel, generator=_inputs._generator(4))
     return inputs
 
 
@@ -104,10 +99,10 @@ def _dinov3_encoder(model: Any, generic: Generic) -> dict[str, Any]:
     module = importlib.import_module(type(model).__module__)
     rope = module.DINOv3ViTRopePositionEmbedding(config)
     size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
-    pixels = torch.randn(BATCH, config.num_channels, size, size, generator=_generator(3))
+    pixels = torch.randn(_inputs.BATCH, config.num_channels, size, size, generator=_inputs._generator(3))
     patches = (size // config.patch_size) ** 2
     tokens = 1 + config.num_register_tokens + patches
-    hidden = torch.randn(BATCH, tokens, config.hidden_size, generator=_generator(7))
+    hidden = torch.randn(_inputs.BATCH, tokens, config.hidden_size, generator=_inputs._generator(7))
     with torch.no_grad():
         position_embeddings = rope(pixels)
     return {"hidden_states": hidden, "position_embeddings": position_embeddings}
@@ -116,14 +111,15 @@ def _dinov3_encoder(model: Any, generic: Generic) -> dict[str, Any]:
 def _inkling_pixels(model: Any, generic: Generic) -> dict[str, Any]:
     """Inkling's vision MLP: (patches, temporal patch, patch, patch, channels) pixel blocks."""
     config = model.config
-    shape = (BATCH * 4, config.temporal_patch_size, config.patch_size, config.patch_size, config.num_channels)
-    return {"pixel_values": torch.randn(*shape, generator=_generator(3))}
+    shape = (_inputs.BATCH * 4, config.temporal_patch_size, config.patch_size, config.patch_size, config.num_channels)
+    return {"pixel_values": torch.randn(*shape, generator=_inputs._generator(3))}
 
 
 def _inkling_audio(model: Any, generic: Generic) -> dict[str, Any]:
     """Inkling's audio embedder: (audios, frames, mel bins) quantised mel values, below `mel_vocab_size`."""
     config = model.config
-    codes = torch.randint(0, config.mel_vocab_size, (BATCH, 8, config.n_mel_bins), generator=_generator(5))
+    shape = (_inputs.BATCH, 8, config.n_mel_bins)
+    codes = torch.randint(0, config.mel_vocab_size, shape, generator=_inputs._generator(5))
     return {"audio_input_ids": codes}
 
 
@@ -134,7 +130,7 @@ def _pooled_patches(model: Any, generic: Generic) -> dict[str, Any]:
     config = model.config
     crops, side = 2, 4
     width = config.hidden_size * len(config.vision_feature_layer)
-    features = torch.randn(crops, side * side, width, generator=_generator(18))
+    features = torch.randn(crops, side * side, width, generator=_inputs._generator(18))
     corners = torch.tensor([[0, 1, side, side + 1]])
     starts = torch.tensor([c * side * side + r * side + col for c in range(crops) for r in (0, 2) for col in (0, 2)])
     indices = starts[:, None] + corners
@@ -146,9 +142,10 @@ def _draft_block(model: Any, generic: Generic) -> dict[str, Any]:
     """MuseGlimmer's block-diffusion drafter: one block of noise embeddings to denoise, and the target
     model's hidden states of five accepted tokens (its `target_layer_ids` layers concatenated)."""
     config = model.config
-    noise = torch.randn(BATCH, config.block_size, config.hidden_size, generator=_generator(19))
+    noise = torch.randn(_inputs.BATCH, config.block_size, config.hidden_size, generator=_inputs._generator(19))
     width = config.hidden_size * len(config.target_layer_ids)
-    return {"noise_embeds": noise, "context_hidden_states": torch.randn(BATCH, 5, width, generator=_generator(20))}
+    context = torch.randn(_inputs.BATCH, 5, width, generator=_inputs._generator(20))
+    return {"noise_embeds": noise, "context_hidden_states": context}
 
 
 # Builders that need only the model (they call the generic builders themselves when they extend them).
