@@ -134,8 +134,8 @@ def _field(output: Any, key: str) -> Any:
 
 def fresh(inputs: dict[str, Any]) -> dict[str, Any]:
     """A copy of the inputs for one forward (tensors cloned, lists copied): a forward that writes into
-    an input in place (MoonshineStreaming adds position embeddings to its encoder states) leaves the
-    next forward's inputs as they were."""
+    an input in place (MoonshineStreaming adds position embeddings to its encoder states, hybrid
+    encoders assign into their feature-map list) leaves the next forward's inputs as they were."""
 
     def copied(value: Any) -> Any:
         if isinstance(value, torch.Tensor):

@@ -8,9 +8,9 @@ for queries and features. `detection_inputs` builds them from the module's forwa
 config; the shapes follow what the full model hands over (levels halving from 8 x 8, the config's
 `num_queries` queries).
 
-Hybrid encoders write into the list they are given (`feature_maps[i] = aifi(...)`), so their inputs
-come as `FreshInputs`, which hands every unpacking (`model(**inputs)`) a new list: the reference and
-each variant see the same pyramid.
+Hybrid encoders write into the list they are given (`feature_maps[i] = aifi(...)`): the reference and
+each variant still see the same pyramid, since every forward of the sweep gets fresh copies of its
+inputs (`_compare.fresh`).
 
 Vision encoders with rotary positions (DINOv3 style): the parent computes (cos, sin) for the image's
 patches with its `*RopePositionEmbedding` module; the encoder takes them with the patch tokens and
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["FreshInputs", "part_inputs"]
+__all__ = ["part_inputs"]
 
 BATCH = 2
 SEQ = 7  # tokens of a layout encoder
@@ -44,27 +44,6 @@ DETECTION_PARAMETERS = frozenset((
 MAIN_INPUTS = frozenset(("input_ids", "pixel_values", "pixel_values_videos", "input_features", "input_values"))
 
 
-class FreshInputs(dict):
-    """Keyword inputs whose list values are copied on every read (and so on every `**` unpacking):
-    a forward that assigns into a list it was given leaves the next forward's inputs unchanged."""
-
-    def __getitem__(self, key: str) -> Any:
-        value = dict.__getitem__(self, key)
-        return list(value) if isinstance(value, list) else value
-
-    def __iter__(self):  # a dict subclass with its own iterator is unpacked through keys() and [] (not copied raw)
-        return iter(list(dict.keys(self)))
-
-    def keys(self):  # type: ignore[override]
-        return list(dict.keys(self))
-
-    def items(self):  # type: ignore[override]
-        return [(key, self[key]) for key in dict.keys(self)]
-
-    def values(self):  # type: ignore[override]
-        return [self[key] for key in dict.keys(self)]
-
-
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -73,7 +52,7 @@ def _sides(levels: int) -> list[int]:
     return [max(1, SIDE >> level) for level in range(levels)]
 
 
-def pyramid(model: Any, seed: int = 20) -> FreshInputs | None:
+def pyramid(model: Any, seed: int = 20) -> dict[str, Any] | None:
     """A hybrid encoder's feature pyramid: one (batch, channels, side, side) map per input level,
     sides halving from 8. Maps carry `encoder_hidden_dim` channels (the parent projects them), or the
     backbone's `encoder_in_channels` where the encoder projects them itself (an `input_proj`)."""
@@ -86,7 +65,7 @@ def pyramid(model: Any, seed: int = 20) -> FreshInputs | None:
         channels = [hidden] * len(channels)
     g = _generator(seed)
     maps = [torch.randn(BATCH, c, side, side, generator=g) for c, side in zip(channels, _sides(len(channels)))]
-    inputs = FreshInputs(inputs_embeds=maps)
+    inputs: dict[str, Any] = {"inputs_embeds": maps}
     x4 = getattr(config, "x4_feat_dim", None)
     if isinstance(x4, int):  # PP-DocLayoutV3: the stride-4 backbone map for the mask branch, twice the first side
         inputs["x4_feat"] = (torch.randn(BATCH, x4, 2 * SIDE, 2 * SIDE, generator=g),)
@@ -211,13 +190,13 @@ def prompted_detector(model: Any, parameters: set[str], seed: int = 26) -> dict[
         levels = _sides((model.config.num_upsampling_stages or 0) + 1)
         maps = [torch.randn(BATCH, width, 2 * s, 2 * s, generator=g) for s in levels]
         coarsest = maps[-1].shape[-1] ** 2
-        return FreshInputs(
+        return dict(
             decoder_queries=torch.randn(BATCH, QUERIES, width, generator=g), backbone_features=maps,
             encoder_hidden_states=torch.randn(BATCH, coarsest, width, generator=g),
             prompt_features=prompt, prompt_mask=valid,
         )
     if "vision_pos_embeds" in parameters:  # the encoder
-        return FreshInputs(
+        return dict(
             vision_features=[torch.randn(BATCH, width, side, side, generator=g)], text_features=prompt,
             vision_pos_embeds=[torch.randn(BATCH, width, side, side, generator=g)], text_mask=valid,
         )
