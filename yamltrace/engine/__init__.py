@@ -1,8 +1,8 @@
 """The capture engine: recorders, which modules to hook (plans), what a hook records, and sessions.
 
 Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules, cached) ->
-`_collector` (what the hooks record, via `_intercept`) -> `_held` (hooks a decorated model keeps
-between capturing forwards) -> `_session` (what records in this context, the tie-last rule) ->
+`_collector` (what the hooks record, via `_intercept`) -> `_session` (what records in this context,
+the tie-last rule) -> `_held` (hooks a decorated model keeps between capturing forwards) ->
 `_scopes` (which submodules keep their own captures, where they tie); `_wrappers` sees through
 DDP/FSDP/compile/checkpoint wrappers. `capture_outputs` and `trace` are built on these names.
 """

@@ -84,10 +84,15 @@ class Collector:
     __slots__ = ("lists", "paths", "selections", "starts", "last_transform", "silent")
 
     def __init__(self, keys: Iterable[str], selections: dict[str, frozenset[int]] | None = None) -> None:
-        self.lists: dict[str, list[Any]] = {k: [] for k in keys}
-        self.paths: dict[str, list[str]] = {k: [] for k in self.lists}
+        # Loops, not comprehensions: a capturing forward builds one collector.
+        lists: dict[str, list[Any]] = {}
+        paths: dict[str, list[str]] = {}
+        for key in keys:
+            lists[key] = []
+            paths[key] = []
+        self.lists, self.paths = lists, paths
         self.selections = selections or {}
-        self.starts: dict[str, int] = {k: 0 for k in self.lists}
+        self.starts: dict[str, int] = dict.fromkeys(lists, 0)
         # The transform applied to each key's latest kept value, so a value that replaces it later
         # (the tied last hidden state) gets the same treatment.
         self.last_transform: dict[str, Transform | None] = {}
@@ -149,16 +154,18 @@ class Collector:
 
 
 class Sessions:
-    """The sessions hooks installed together serve: each call records into the first whose
-    `recording()` is true (`_session.Session`, the single source of truth for what records).
+    """The decorated forwards' sessions hooks installed together serve (`_held`: the capturing forwards
+    of one model running now, one per thread, replaced as they start and end).
 
-    A `trace` block's hooks serve its one session; hooks a decorated model keeps between capturing
-    forwards (`_held`) serve the forwards running now, one per thread, replaced as they start and end.
+    A call records into the one of them that is the innermost decorated forward running in the
+    calling context, `innermost`'s value (`_session.Session.recording`'s rule for a forward session,
+    which builds this holder: `_session.forward_sessions`). The listeners test it inline.
     """
 
-    __slots__ = ("sessions",)
+    __slots__ = ("sessions", "innermost")
 
-    def __init__(self, sessions: tuple[Any, ...] = ()) -> None:
+    def __init__(self, innermost: Any, sessions: tuple[Any, ...] = ()) -> None:
+        self.innermost = innermost  # a ContextVar: the innermost decorated forward's session
         self.sessions = sessions
 
 
@@ -178,15 +185,14 @@ class ScopeGate:
         self.collector, self.session, self.scopes, self.number, self.blocks = collector, session, scopes, number, blocks
 
 
-def install_hooks(plan: HookPlan, session: Any) -> Interception:
-    """Intercept each planned module's forward, recording into `session.collector` while
-    `session.recording()` says so (a `Session` of `_session`, or a `Sessions`), or while a
-    `ScopeGate` opens; remove with `.remove()`.
+def install_hooks(plan: HookPlan, served: Sessions | ScopeGate) -> Interception:
+    """Intercept each planned module's forward, recording into the collector of the session of
+    `served` that records the call (`Sessions`), or into a `ScopeGate`'s while it opens; remove with
+    `.remove()`.
 
     Interception (`_intercept`) rather than forward hooks: a capture installs its listeners for
     every capturing forward, and a listener costs less to install and to call than a hook.
     """
-    served = session if isinstance(session, (Sessions, ScopeGate)) else Sessions((session,))
     transformed = {entry[0] for _, _, entries in plan for entry in entries if entry[3] is not None}
     return intercept([(row[0], _listener(row, served, transformed), row) for row in plan])
 
@@ -196,18 +202,18 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | 
     no entry transforms), else the general `Collector.record`. Both fall back to `record` for a
     collector with selections, and for the error of an index out of range.
 
-    Each listener first finds the collector of the call, if any: the first of `served.sessions`
-    recording, or, for a `ScopeGate`, its collector while it opens (the same test written out in
-    each listener, so that a call makes no Python call to decide but dynamo's test)."""
+    Each listener first finds the collector of the call, if any: that of the innermost decorated
+    forward's session when it is one of `served.sessions`, or, for a `ScopeGate`, its collector while
+    it opens (the same tests written out in each listener, so that a call makes no Python call to
+    decide but dynamo's test)."""
     path, entries = row[1], row[2]
-    gate, sessions, scopes, number, block, blocks, gated = _gate_parts(served)
+    gate, sessions, innermost, scopes, number, block, blocks, gated = _gate_parts(served)
 
     def general(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:
-            for session in sessions.sessions:
-                if session.recording():
-                    session.collector.record(path, entries, args, kwargs, output)
-                    return
+            held = sessions.sessions
+            if held and (session := innermost.get()) in held:  # (`held` first: see `hidden_states`)
+                session.collector.record(path, entries, args, kwargs, output)
         elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
             gated.record(path, entries, args, kwargs, output)
 
@@ -222,10 +228,12 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | 
     # Closes over plain objects only (no bound built-in methods): dynamo guards on those by identity.
     def hidden_states(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:
-            for session in sessions.sessions:
-                if session.recording():
-                    break
-            else:
+            # No capturing forward running (dynamo may trace this: it cannot read the ContextVar).
+            held = sessions.sessions
+            if not held:
+                return
+            session = innermost.get()
+            if session not in held:
                 return
             collector = session.collector
         elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
@@ -256,10 +264,12 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | 
 
     def other(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:
-            for session in sessions.sessions:
-                if session.recording():
-                    break
-            else:
+            # No capturing forward running (dynamo may trace this: it cannot read the ContextVar).
+            held = sessions.sessions
+            if not held:
+                return
+            session = innermost.get()
+            if session not in held:
                 return
             collector = session.collector
         elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
@@ -292,11 +302,12 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | 
 
 
 def _gate_parts(served: Sessions | ScopeGate) -> tuple[Any, ...]:
-    """What a listener closes over to find its call's collector: (the gate or None, the sessions,
-    then the gate's scopes, number, session, open blocks and collector, placeholders without one)."""
+    """What a listener closes over to find its call's collector: (the gate or None, the sessions and
+    the innermost forward's context, then the gate's scopes, number, session, open blocks and
+    collector; placeholders for what the other kind has)."""
     if isinstance(served, ScopeGate):
-        return served, Sessions(), served.scopes, served.number, served.session, served.blocks, served.collector
-    return None, served, [], 0, None, None, None
+        return served, None, None, served.scopes, served.number, served.session, served.blocks, served.collector
+    return None, served, served.innermost, [], 0, None, None, None
 
 
 def _selection_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:
@@ -308,14 +319,16 @@ def _selection_listener(path: str, entries: tuple[Entry, ...], served: Sessions 
     key, source, initial, transform = entries[0]
     index, select = cast(int, source), cast(Transform, transform)
     initial = initial and key == "hidden_states"
-    gate, sessions, scopes, number, block, blocks, gated = _gate_parts(served)
+    gate, sessions, innermost, scopes, number, block, blocks, gated = _gate_parts(served)
 
     def selected(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:
-            for session in sessions.sessions:
-                if session.recording():
-                    break
-            else:
+            # No capturing forward running (dynamo may trace this: it cannot read the ContextVar).
+            held = sessions.sessions
+            if not held:
+                return
+            session = innermost.get()
+            if session not in held:
                 return
             collector = session.collector
         elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):

@@ -22,6 +22,7 @@ from torch import nn
 from ._collector import Sessions, install_hooks
 from ._plan import plan_hooks
 from ._recorder import OutputRecorder
+from ._session import forward_context
 
 __all__ = ["HeldHooks", "hold_hooks", "release_hooks", "held_hooks"]
 
@@ -41,7 +42,7 @@ class HeldHooks(Sessions):
     __slots__ = ("key", "guard", "interception", "finalizer", "released")
 
     def __init__(self, key: tuple[Any, ...], guard: Any) -> None:
-        super().__init__()
+        super().__init__(forward_context())
         self.key = key
         self.guard = guard
         self.interception: Any = None
@@ -51,7 +52,9 @@ class HeldHooks(Sessions):
     def finish(self, session: Any) -> None:
         """A capturing forward ended (also by an exception)."""
         with _lock:
-            self.sessions = tuple(s for s in self.sessions if s is not session)
+            sessions = self.sessions
+            # One forward running: the common case, without a generator.
+            self.sessions = () if sessions == (session,) else tuple(s for s in sessions if s is not session)
             remove = self.released and not self.sessions
         if remove:
             self.interception.remove()

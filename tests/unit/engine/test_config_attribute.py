@@ -44,3 +44,37 @@ def test_other_lookups_are_left_to_getattr() -> None:
     for cfg in (Plain(), Forwarding(), None):
         for name in NAMES:
             assert config_attribute(cfg, name, "default") == getattr(cfg, name, "default"), name
+
+
+class WithClassLevel(Plain):
+    """Names a class defines: a default, a property that wins over the instance's `__dict__`."""
+
+    output_attentions = True
+
+    @property
+    def hidden_size(self) -> int:
+        return 7
+
+
+class Slotted:
+    __slots__ = ("return_dict",)
+
+    def __init__(self) -> None:
+        self.return_dict = False
+
+
+def test_names_defined_by_the_class_read_as_getattr_reads() -> None:
+    cfg = WithClassLevel()
+    cfg.__dict__["hidden_size"] = 3  # shadowed by the property, as in `getattr`
+    cfg.tie_last_hidden_states = False
+    slotted = Slotted()
+    for config in (cfg, slotted):
+        assert plain_config_lookup(type(config)) is False
+        for name in NAMES:
+            assert config_attribute(config, name, "default") == getattr(config, name, "default"), name
+    WithClassLevel.nope = "set on the class later"  # a class attribute added after the first reads
+    try:
+        assert config_attribute(cfg, "nope", "default") == "set on the class later"
+    finally:
+        del WithClassLevel.nope
+    assert config_attribute(cfg, "nope", "default") == "default"

@@ -1,6 +1,7 @@
-"""A `trace` scope's listeners test their `ScopeGate` inline: each kind records exactly while the block
-records in this context and the scope is the innermost running, as `Session.recording` and the scope
-stack say."""
+"""Listeners test their gate inline, as `Session.recording` says. A `trace` scope's listeners test
+their `ScopeGate`: each kind records exactly while the block records in this context and the scope
+is the innermost running. Held hooks' listeners record into the innermost decorated forward's
+session."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 from torch import nn
 
 from yamltrace.engine import OutputRecorder
-from yamltrace.engine._collector import Collector, _listener, entry_of
-from yamltrace.engine._session import Session
+from yamltrace.engine._collector import Collector, Sessions, _listener, entry_of
+from yamltrace.engine._session import NO_CAPTURE, Session, forward_context
 from yamltrace.examples.tiny import TinyDecoderLayer
 
 x = torch.ones(1, 4, 2)
@@ -60,3 +61,43 @@ def test_records_only_while_open_and_innermost(kind: str) -> None:
     assert len(expected.lists[key]) >= 1
     assert [v.tolist() for v in collector.lists[key]] == [v.tolist() for v in expected.lists[key]]
     assert collector.paths[key] == expected.paths[key]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_held_listeners_record_exactly_when_their_forward_session_records(kind: str) -> None:
+    """Hooks held for decorated forwards (`Sessions`) test `Session.recording`'s rule inline: a call
+    records into the session that is the innermost decorated forward running in this context."""
+    key, recorder = KINDS[kind]
+    entries = (entry_of(key, recorder),)
+    ours, other = Session(Collector([key]), block=False), Session(Collector([key]), block=False)
+    listener = _listener((nn.Identity(), ".layers.0", entries), Sessions(forward_context(), (other, ours)),
+                         {key} if kind == "general" else set())
+    assert listener.__name__ == kind
+    recorded: list[bool] = []
+
+    def call() -> None:
+        before = len(ours.collector.lists[key]) + len(other.collector.lists[key])
+        listener(None, (x,), {}, (x, x))
+        recorded.append(len(ours.collector.lists[key]) + len(other.collector.lists[key]) > before)
+        assert recorded[-1] == (ours.recording() or other.recording())
+
+    call()  # no decorated forward running
+    token = ours.enter()
+    try:
+        call()  # ours is the innermost: records
+        shadow = NO_CAPTURE.enter()  # a nested decorated forward capturing nothing shadows it
+        call()
+        NO_CAPTURE.exit(shadow)
+        stranger = Session(Collector([key]), block=False)
+        inner = stranger.enter()  # a nested forward whose session these hooks do not serve
+        call()
+        stranger.exit(inner)
+        other_thread = threading.Thread(target=call)
+        other_thread.start()  # ours is not running in that thread's context
+        other_thread.join()
+        call()  # ours again
+    finally:
+        ours.exit(token)
+    call()  # ended
+    assert recorded == [False, True, False, False, False, True, False]
+    assert len(ours.collector.lists[key]) >= 2 and other.collector.lists[key] == []

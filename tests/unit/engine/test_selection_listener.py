@@ -9,16 +9,9 @@ from torch import nn
 from yamltrace import CaptureError
 from yamltrace.engine import OutputRecorder
 from yamltrace.engine._collector import Collector, Sessions, _listener, entry_of
+from yamltrace.engine._session import Session, forward_context
 from yamltrace.examples.tiny import TinyDecoderLayer
 from yamltrace.tracing import trace
-
-
-class Recording:
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
-
-    def recording(self) -> bool:
-        return True
 
 
 def state(collector: Collector) -> tuple:
@@ -34,9 +27,11 @@ def run(key: str, recorder: OutputRecorder, calls: list, selections=None, specia
     results = []
     for use_listener in (True, False):
         collector = Collector([key], selections)
-        listener = _listener((nn.Identity(), ".layers.0", entries), Sessions((Recording(collector),)), {key})
+        session = Session(collector, block=False)
+        listener = _listener((nn.Identity(), ".layers.0", entries), Sessions(forward_context(), (session,)), {key})
         if use_listener:
             assert (listener.__name__ == "selected") == specialised
+        token = session.enter()  # the innermost decorated forward: the listener records
         try:
             for args, output in calls:
                 if use_listener:
@@ -47,6 +42,8 @@ def run(key: str, recorder: OutputRecorder, calls: list, selections=None, specia
             results.append(str(e))
         else:
             results.append(state(collector))
+        finally:
+            session.exit(token)
     return results
 
 
