@@ -48,6 +48,8 @@ def own_output_map(module: nn.Module) -> Any:
     value = getattr(cls, _ATTRIBUTE, MISSING)
     if value is MISSING:
         return MISSING if cls.__getattr__ is _MODULE_GETATTR else getattr(module, _ATTRIBUTE, MISSING)
+    if type(value) is dict:  # the usual map (`hasattr` below raises and catches for it)
+        return value
     if hasattr(type(value), "__get__"):
         # A property or other descriptor: evaluate it on the instance.
         return getattr(module, _ATTRIBUTE, MISSING)
@@ -98,28 +100,35 @@ class PlanGuard:
     It keeps strong references to the visited modules below the root (no weak references to follow;
     the root itself is passed in, so a guard never keeps it alive), for hooks that stay installed on
     them anyway (`_held`), and to every visited module's `_modules` dict: it checks the generation,
-    the root's class, each dict's size, then each module's class. Reading the dicts kept, rather than
-    each module's `_modules` attribute (`nn.Module` defines `__getattr__`, so every attribute read
-    takes the slow path: ~600 instructions a module), halves the check. A container's deletions
-    shrink its dict (`del` of an attribute, `ModuleList.__delitem__` deletes before it rebuilds
-    `_modules`), additions go through the registration hook; replacing `_modules` by hand is the
-    direct edit docs/capture.md leaves to `invalidate()`.
+    the root's class, the size of each dict that had children, that the dicts that had none still
+    have none, then each module's class. Reading the dicts kept, rather than each module's `_modules`
+    attribute (`nn.Module` defines `__getattr__`, so every attribute read takes the slow path: ~600
+    instructions a module), halves the check; testing the empty ones for truth (`any`, no call per
+    dict) instead of taking their sizes (a `len` call each) saves a third of the rest on a
+    transformer, whose modules are mostly leaves. A container's deletions shrink its dict (`del` of an
+    attribute, `ModuleList.__delitem__` deletes before it rebuilds `_modules`), additions go through
+    the registration hook; replacing `_modules` by hand is the direct edit docs/capture.md leaves to
+    `invalidate()`.
     """
 
-    __slots__ = ("_generation", "_modules", "_root_class", "_children", "_classes", "_sizes")
+    __slots__ = ("_generation", "_modules", "_root_class", "_containers", "_leaves", "_classes", "_sizes")
 
     def __init__(self, cached: _CachedPlan, visited: list[nn.Module], children: list[dict[str, Any]]) -> None:
         self._generation = cached.generation
         self._modules = visited[1:]
         self._root_class = cached.classes[0]
-        self._children = children  # each visited module's `_modules`
-        self._classes, self._sizes = cached.classes[1:], cached.sizes
+        # Each visited module's `_modules`: those with children (and their sizes then), the others.
+        self._containers = [dict_ for dict_, size in zip(children, cached.sizes) if size]
+        self._sizes = [size for size in cached.sizes if size]
+        self._leaves = [dict_ for dict_, size in zip(children, cached.sizes) if not size]
+        self._classes = cached.classes[1:]
 
     def holds(self, root: nn.Module) -> bool:
         return (
             self._generation == _generation
             and type(root) is self._root_class
-            and list(map(len, self._children)) == self._sizes
+            and not any(self._leaves)
+            and list(map(len, self._containers)) == self._sizes
             and list(map(type, self._modules)) == self._classes
         )
 
@@ -222,6 +231,7 @@ def _walk(
         visited.append(module)
         children = module._modules
         children_of.append(children)
+        wrapped = wrapped_attribute(module)
         seen = set()
         for name, child in children.items():
             # The children `named_children` yields: set, and each distinct module once.
@@ -233,8 +243,8 @@ def _walk(
                 child_map = own_output_map(child)
                 if child_map is not MISSING:
                     child_checks = _checks(normalize_output_map(child_map or {}), wanted)
-            visit(child, child_path(module, path, name), child_checks)
-        if wrapped_attribute(module) is not None:
+            visit(child, child_path(path, name, wrapped), child_checks)
+        if wrapped is not None:
             return  # a wrapper records nothing, its wrapped module does (paths without wrappers: _wrappers)
         entries = []
         for matches, entry in checks:
@@ -252,7 +262,7 @@ def _checks(
 ) -> tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]:
     """For each task whose key is wanted: its recorder's `matches` and the plan entry it adds."""
     return tuple(
-        (recorder.matches, entry_of(key, recorder))
+        (recorder.matcher(), entry_of(key, recorder))
         for key, recorder in tasks
         if wanted is None or key in wanted
     )

@@ -7,7 +7,7 @@ the normalised form: a tuple of `(key, OutputRecorder)` tasks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Union
@@ -96,6 +96,14 @@ class OutputRecorder:
         if not isinstance(self.seq_dim, int) or isinstance(self.seq_dim, bool):
             raise TypeError(f"OutputRecorder.seq_dim must be an int, got {self.seq_dim!r}.")
 
+    def matcher(self) -> Callable[[nn.Module, str], bool]:
+        """`matches` as a function of `(module, path)`; for a recorder with a target class only (the
+        common case, tested on every module a plan walks), an `isinstance` test without the rest."""
+        if self.class_name is None and self.layer_name is None:
+            target = self.target_class
+            return lambda module, path: isinstance(module, target)  # type: ignore[arg-type]
+        return self.matches
+
     def matches(self, module: nn.Module, path: str) -> bool:
         """Whether `module`, found at dotted `path` (leading dot, `""` for the root), is hooked."""
         by_class = self.target_class is not None and isinstance(module, self.target_class)
@@ -167,11 +175,15 @@ def normalized_tasks(output_map: CaptureMap | None) -> tuple[tuple[str, OutputRe
     """
     if not output_map:
         return ()
-    snapshot = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in output_map.items())
+    snapshot = tuple(output_map.items())  # a map of classes, names and recorders: hashable as it is
     try:
         tasks = _NORMALIZED.get(snapshot)
-    except TypeError:  # an unhashable value: normalise it each time (and raise the usual errors)
-        return normalize_output_map(output_map)
+    except TypeError:  # a list of recorders (as a tuple, the same tasks), or an unhashable value
+        snapshot = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in output_map.items())
+        try:
+            tasks = _NORMALIZED.get(snapshot)
+        except TypeError:  # normalise it each time (and raise the usual errors)
+            return normalize_output_map(output_map)
     if tasks is None:
         if len(_NORMALIZED) >= _NORMALIZED_MAX:
             _NORMALIZED.clear()

@@ -32,8 +32,12 @@ def resolve_selections(
     how many positions the key will have, for negative indices (`None` when unknown).
     """
     tasks = tuple(tasks)
-    if requested_positions(hidden_states_flag) is None and all(recorder.layers is None for _, recorder in tasks):
-        return {}  # every position of every key is kept
+    if hidden_states_flag is None or hidden_states_flag is True or hidden_states_flag is False:
+        for _, recorder in tasks:  # (a loop, not a generator: this runs on every capturing forward)
+            if recorder.layers is not None:
+                break
+        else:
+            return {}  # every position of every key is kept
     by_key: dict[str, list[OutputRecorder]] = {}
     for key, recorder in tasks:
         by_key.setdefault(key, []).append(recorder)

@@ -68,10 +68,10 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model
 
 
-def child_path(parent: nn.Module, path: str, name: str) -> str:
-    """The path of `parent`'s child `name`, `parent` being at `path`: the wrapped child of a wrapper
-    takes the wrapper's own path, any other child `path.name`."""
-    return path if name == wrapped_attribute(parent) else f"{path}.{name}"
+def child_path(path: str, name: str, wrapped: str | None) -> str:
+    """The path of the child `name` of the module at `path`, whose `wrapped_attribute` is `wrapped`:
+    the wrapped child of a wrapper takes the wrapper's own path, any other child `path.name`."""
+    return path if name == wrapped else f"{path}.{name}"
 
 
 def logical_path(root: nn.Module, path: str) -> str:

@@ -192,3 +192,45 @@ def test_a_collection_during_hook_installation_does_not_deadlock(tmp_path) -> No
     )
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)  # a deadlock times out
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+class NotABlock(nn.Module):
+    """Not a `Block`: assigned as a layer's class, the layer is no longer recorded."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x + self.attn(x))
+
+
+def _add_to_a_leaf_directly(model: Held) -> None:
+    model.layers[0].attn._modules["extra"] = nn.Identity()  # a direct edit, no registration hook
+
+
+@pytest.mark.parametrize(
+    "change, holds",
+    [
+        (lambda model: None, True),
+        (lambda model: model.layers[0].attn.train(), True),  # not a structure change
+        (lambda model: delattr(model.layers[2], "attn"), False),  # a container shrinks
+        (lambda model: setattr(model.layers[0].attn, "extra", nn.Identity()), False),  # registration hook
+        (_add_to_a_leaf_directly, False),  # a leaf's `_modules` is no longer empty
+        (lambda model: setattr(model.layers[1], "__class__", NotABlock), False),  # a container's class
+        (lambda model: setattr(model.layers[1].attn, "__class__", nn.Identity), False),  # a leaf's class
+    ],
+    ids=["unchanged", "mode", "delete", "add", "add-directly", "container-class", "leaf-class"],
+)
+def test_the_guard_of_held_hooks_sees_every_structure_change(model, change, holds: bool) -> None:
+    from yamltrace.engine import normalized_tasks, plan_hooks
+
+    _, guard = plan_hooks(model, normalized_tasks(Held._can_record_outputs), nested_maps=True, guarded=True)
+    assert guard.holds(model)
+    change(model)
+    assert guard.holds(model) is holds
+
+
+def test_a_layer_whose_class_changes_is_no_longer_recorded(model, x) -> None:
+    model(x, **FLAGS)
+    model.layers[1].__class__ = NotABlock
+    out = model(x, **FLAGS)
+    states, attentions = expected(model, x)
+    assert_same(out.hidden_states, [states[0], states[1], states[3]])  # layer 1 is not a Block now
+    assert_same(out.attentions, attentions)
