@@ -31,29 +31,46 @@ _ATTRIBUTE = "_can_record_outputs"
 _MODULE_GETATTR = nn.Module.__getattr__
 
 
-def own_output_map(module: nn.Module) -> Any:
+def own_output_map(module: nn.Module, class_maps: dict[type, Any] | None = None) -> Any:
     """The capture map a module declares (instance attribute first, then class), or a sentinel if none.
 
     A module that declares one — even `None` or `{}`, as every transformers `PreTrainedModel` does — is a
-    model boundary: the subtree below it follows its own map (REFERENCE rule 6).
-
-    Reads the instance `__dict__` and the class directly: `nn.Module.__getattr__`, which raises and
-    catches `AttributeError` for every module without a map, runs only for classes that define their
-    own `__getattr__` (wrappers that forward attributes to a wrapped module).
+    model boundary: the subtree below it follows its own map (REFERENCE rule 6). `class_maps` memoises
+    the class's part by class, for a caller that asks of many modules while no class can change (a
+    plan walk: a transformer has a dozen classes for a hundred modules).
     """
     value = module.__dict__.get(_ATTRIBUTE, MISSING)
     if value is not MISSING:
         return value
     cls = type(module)
+    if class_maps is None:
+        value = _class_map(cls)
+    else:
+        value = class_maps.get(cls, _UNSEEN)
+        if value is _UNSEEN:
+            value = class_maps[cls] = _class_map(cls)
+    return getattr(module, _ATTRIBUTE, MISSING) if value is _PER_INSTANCE else value
+
+
+# What `_class_map` returns when the map must be read on the instance; a class not looked up yet.
+_PER_INSTANCE = object()
+_UNSEEN = object()
+
+
+def _class_map(cls: type) -> Any:
+    """The map `cls` declares for every instance without its own (`MISSING` if none), or
+    `_PER_INSTANCE` when reading it needs the instance: a descriptor, or a class with its own
+    `__getattr__` (a wrapper forwarding attributes to its wrapped module).
+
+    Reads the class directly: `nn.Module.__getattr__`, which raises and catches `AttributeError` for
+    every module without a map, runs only for those classes.
+    """
     value = getattr(cls, _ATTRIBUTE, MISSING)
     if value is MISSING:
-        return MISSING if cls.__getattr__ is _MODULE_GETATTR else getattr(module, _ATTRIBUTE, MISSING)
+        return MISSING if cls.__getattr__ is _MODULE_GETATTR else _PER_INSTANCE
     if type(value) is dict:  # the usual map (`hasattr` below raises and catches for it)
         return value
-    if hasattr(type(value), "__get__"):
-        # A property or other descriptor: evaluate it on the instance.
-        return getattr(module, _ATTRIBUTE, MISSING)
-    return value
+    return _PER_INSTANCE if hasattr(type(value), "__get__") else value
 
 
 _CHILDREN = operator.attrgetter("_modules")
@@ -226,6 +243,7 @@ def _walk(
     plan: HookPlan = []
     visited: list[nn.Module] = []
     children_of: list[dict[str, Any]] = []
+    class_maps: dict[type, Any] = {}  # nothing can change a class while the walk runs
 
     def visit(module: nn.Module, path: str, checks: tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]) -> None:
         visited.append(module)
@@ -240,7 +258,7 @@ def _walk(
             seen.add(child)
             child_checks = checks
             if nested_maps:
-                child_map = own_output_map(child)
+                child_map = own_output_map(child, class_maps)
                 if child_map is not MISSING:
                     child_checks = _checks(normalize_output_map(child_map or {}), wanted)
             visit(child, child_path(path, name, wrapped), child_checks)

@@ -115,24 +115,14 @@ def config_attribute(config: Any, name: str, default: Any) -> Any:
     Capture reads a few config attributes on every forward. transformers' `PreTrainedConfig`
     renames through `attribute_map`, then does `object`'s lookup, in Python: ~13 k instructions a
     read, ~19 k for a missing name (raised through its frame). For a config class whose lookup is
-    exactly that (`plain_config_lookup`), the same lookup is done by `object.__getattribute__`, or,
-    for a name no class of the config defines, by reading the instance's `__dict__`; while dynamo
-    traces (it cannot trace those calls), and for any other class, by `getattr`.
+    exactly that (`plain_config_lookup`), the same lookup is done by `object.__getattribute__`;
+    while dynamo traces (it cannot trace that call), and for any other class, by `getattr`.
     """
-    cls = type(config)
-    lookup = plain_config_lookup(cls)
+    lookup = plain_config_lookup(type(config))
     if lookup is None or is_dynamo_compiling():
         return getattr(config, name, default)
     if lookup:  # transformers' lookup: its `attribute_map` first, read as it reads it
         name = _OBJECT_LOOKUP(config, "attribute_map").get(name, name)
-    if getattr(cls, name, _UNSET) is _UNSET:
-        # No class of the config's MRO defines the name: `object`'s lookup reads the instance's
-        # `__dict__` only (without raising through `object.__getattribute__` when it is missing).
-        try:
-            instance = _OBJECT_LOOKUP(config, "__dict__")
-        except AttributeError:  # a config with `__slots__` only
-            instance = {}
-        return instance.get(name, default)
     try:
         return _OBJECT_LOOKUP(config, name)
     except AttributeError:

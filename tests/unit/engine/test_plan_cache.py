@@ -203,3 +203,43 @@ def test_registrations_outside_the_model_keep_its_plan(walks, ids) -> None:
     with trace(model, spec):
         model(ids)
     assert walks() == 1
+
+
+class _Block(nn.Module):
+    """A class whose map is a property: each instance answers for itself."""
+
+    def __init__(self, declares: bool) -> None:
+        super().__init__()
+        self.declares = declares
+        self.act, self.tanh = nn.ReLU(), nn.Tanh()
+
+    @property
+    def _can_record_outputs(self) -> dict:
+        return {"features": nn.ReLU} if self.declares else {}
+
+
+class _Forwarding(nn.Module):
+    """A class with its own `__getattr__`, answering the map from an attribute of the instance."""
+
+    def __init__(self, declares: bool) -> None:
+        super().__init__()
+        self.declares = declares
+        self.act, self.tanh = nn.ReLU(), nn.Tanh()
+
+    def __getattr__(self, name: str):
+        if name == "_can_record_outputs" and self.__dict__["declares"]:
+            return {"features": nn.ReLU}
+        return super().__getattr__(name)
+
+
+def test_maps_read_on_the_instance_are_read_for_each_module() -> None:
+    """A walk memoises a class's map by class, except where the instance decides (a property, a class
+    with `__getattr__`, a map set on the instance)."""
+    root = nn.Module()
+    root.a, root.b = _Block(True), _Block(False)
+    root.c, root.d = _Forwarding(True), _Forwarding(False)
+    root.e, root.f = nn.Sequential(nn.ReLU(), nn.Tanh()), nn.Sequential(nn.ReLU(), nn.Tanh())
+    root.e._can_record_outputs = {"features": nn.ReLU}
+    plan = engine.plan_hooks(root, engine.normalize_output_map({"features": nn.Tanh}), nested_maps=True)
+    # `a`, `c` and `e` declare ReLU; `b` declares an empty map; `d` and `f` follow the root's Tanh.
+    assert {path for _, path, _ in plan} == {".a.act", ".c.act", ".d.tanh", ".e.0", ".f.1"}
