@@ -255,8 +255,10 @@ def trace(
     # a finished step moves `step_starts` to the lists' ends; an unfinished one is cut off.
     def discard_unfinished() -> None:
         for name, values in lists.items():
-            del values[step_starts[name] :]
-            del value_paths[name][step_starts[name] :]
+            start = step_starts[name]
+            if len(values) > start:  # (the common case, a finished step, has nothing to cut)
+                del values[start:]
+                del value_paths[name][start:]
         del stack[:]
         del ties[:]
 
@@ -274,7 +276,7 @@ def trace(
         if depth == 0:
             return
         if finished and depth == 1:
-            ends.append(tuple([len(values) for values in lists.values()]))
+            ends.append(tuple(map(len, lists.values())))
             for name, values in lists.items():
                 step_starts[name] = len(values)
         depth -= 1
