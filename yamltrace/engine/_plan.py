@@ -8,7 +8,6 @@ walk it again; `invalidate` marks them stale, `cache_info` reports on the cache.
 
 from __future__ import annotations
 
-import functools
 import operator
 import weakref
 from collections.abc import Callable, Iterable
@@ -31,7 +30,7 @@ _ATTRIBUTE = "_can_record_outputs"
 _MODULE_GETATTR = nn.Module.__getattr__
 
 
-def own_output_map(module: nn.Module, class_maps: dict[type, Any] | None = None) -> Any:
+def own_output_map(module: nn.Module, class_maps: dict[type[nn.Module], Any] | None = None) -> Any:
     """The capture map a module declares (instance attribute first, then class), or a sentinel if none.
 
     A module that declares one — even `None` or `{}`, as every transformers `PreTrainedModel` does — is a
@@ -57,7 +56,7 @@ _PER_INSTANCE = object()
 _UNSEEN = object()
 
 
-def _class_map(cls: type) -> Any:
+def _class_map(cls: type[nn.Module]) -> Any:
     """The map `cls` declares for every instance without its own (`MISSING` if none), or
     `_PER_INSTANCE` when reading it needs the instance: a descriptor, or a class with its own
     `__getattr__` (a wrapper forwarding attributes to its wrapped module).
@@ -89,12 +88,11 @@ class _CachedPlan:
 
     def __init__(self, generation: int, visited: list[nn.Module], children: list[dict[str, Any]], plan: HookPlan) -> None:
         self.generation = generation
-        self.modules = [weakref.ref(module) for module in visited]
+        self.modules = _watch(visited)  # the registration watch's weak references, one per module
         self.classes = list(map(type, visited))
         self.sizes = list(map(len, children))
         position = {id(module): i for i, module in enumerate(visited)}
         self.entries = [(position[id(module)], path, entries) for module, path, entries in plan]
-        _watch(visited)
 
     def plan(self) -> tuple[HookPlan, PlanGuard] | None:
         """The plan and a guard over it, or None when it may be stale."""
@@ -161,7 +159,7 @@ _generation = 0
 # module is collected (before its id can be reused). A dict of ids, not a WeakSet: the registration
 # hook tests membership on every submodule registration of every model in the process (Llama slices
 # its layer list in each forward), and `id(m) in dict` costs a fraction of `m in weakset`.
-_watched: dict[int, weakref.ref[nn.Module]] = {}
+_watched: dict[int, _Watch] = {}
 _registration_handle: Any = None
 # Cache hits and misses, for `cache_info`.
 _stats = [0, 0]
@@ -179,16 +177,31 @@ def invalidate() -> None:
     _generation += 1
 
 
-def _watch(modules: Iterable[nn.Module]) -> None:
+class _Watch(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a watched module that knows the module's id (its key in `_watched`)."""
+
+    __slots__ = ("key",)
+    key: int
+
+
+def _watch(modules: Iterable[nn.Module]) -> list[_Watch]:
+    """Watch `modules` for submodule registrations; their weak references, in order (a cached plan
+    keeps them: one weak reference per module for both)."""
+    references = []
     for module in modules:
         key = id(module)
-        if key not in _watched:
-            _watched[key] = weakref.ref(module, functools.partial(_unwatch, key))
+        reference = _watched.get(key)
+        if reference is None:
+            reference = _watched[key] = _Watch(module, _unwatch)
+            reference.key = key
+        references.append(reference)
+    return references
 
 
-def _unwatch(key: int, reference: weakref.ref[nn.Module]) -> None:
-    if _watched.get(key) is reference:
-        del _watched[key]
+def _unwatch(reference: _Watch) -> None:
+    # Called as the module is collected, before its id can be reused.
+    if _watched.get(reference.key) is reference:
+        del _watched[reference.key]
 
 
 def _on_module_registration(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
@@ -243,7 +256,7 @@ def _walk(
     plan: HookPlan = []
     visited: list[nn.Module] = []
     children_of: list[dict[str, Any]] = []
-    class_maps: dict[type, Any] = {}  # nothing can change a class while the walk runs
+    class_maps: dict[type[nn.Module], Any] = {}  # nothing can change a class while the walk runs
 
     def visit(module: nn.Module, path: str, checks: tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]) -> None:
         visited.append(module)
