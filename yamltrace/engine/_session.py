@@ -152,11 +152,19 @@ _OBJECT_LOOKUP = object.__getattribute__
 _LOOKUPS: dict[type, Any] = {}
 
 
+# The flag name of each key seen (one string object each: its hash is computed once).
+_FLAG_NAMES: dict[str, str] = {}
+
+
 def requested_flags(keys: Iterable[str], kwargs: Mapping[str, Any], config: Any) -> dict[str, Any]:
     """The truthy `output_<key>` flag of each key: kwargs first, then config; aliases follow their source."""
     flags = {}
     for key in keys:
-        name = f"output_{FLAG_ALIASES.get(key, key)}"
+        name = _FLAG_NAMES.get(key)
+        if name is None:
+            if len(_FLAG_NAMES) >= 1024:  # keys come from capture maps and specs: a bound all the same
+                _FLAG_NAMES.clear()
+            name = _FLAG_NAMES[key] = f"output_{FLAG_ALIASES.get(key, key)}"
         value = kwargs.get(name, _UNSET)
         if value is _UNSET:
             value = config_attribute(config, name, False)
