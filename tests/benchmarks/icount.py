@@ -366,5 +366,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     return run_workers(__file__, args.layers, args.n, args.k)
 
+
 if __name__ == "__main__":
     sys.exit(main())

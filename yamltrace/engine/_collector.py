@@ -158,8 +158,8 @@ class Sessions:
     of one model running now, one per thread, replaced as they start and end).
 
     A call records into the one of them that is the innermost decorated forward running in the
-    calling context, `innermost`'s value (`_session.Session.recording`'s rule for a forward session,
-    which builds this holder: `_session.forward_sessions`). The listeners test it inline.
+    calling context: the value of `innermost` (`_session.forward_context()`), by the rule
+    `_session.Session.recording` states for a forward session. The listeners test it inline.
     """
 
     __slots__ = ("sessions", "innermost")

@@ -89,6 +89,7 @@ class Session:
 _innermost_forward: ContextVar[Session | None] = ContextVar("yamltrace_innermost_forward", default=None)
 _open_blocks: ContextVar[tuple[Session, ...]] = ContextVar("yamltrace_open_blocks", default=())
 
+
 def forward_context() -> ContextVar[Session | None]:
     """The context variable a forward session records by: it records while it is the value
     (`Session.recording`). Hooks serving forward sessions (`_collector.Sessions`) test it inline."""
