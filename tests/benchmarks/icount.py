@@ -21,6 +21,7 @@ import argparse
 import copy
 import ctypes
 import gc
+import itertools
 import os
 import re
 import shutil
@@ -237,6 +238,15 @@ def measure(counter: Counter, layers: int) -> list[tuple[str, str, float, str, f
     row("single", "transformers, capture on then off", once(_fresh(templates["transformers"], fresh_count), FLAGS),
         "plain (transformers merge), two forwards")
 
+    # The same pair on one model, again and again (what the wall-time harness's "on, one forward" runs:
+    # it alternates each instance's capture on and off): ours plans from the cache and installs each time.
+    row("alternating", "plain (yamltrace merge), two forwards", once(itertools.repeat(m["plain"]), {}), None)
+    row("alternating", "yamltrace, capture on then off", once(itertools.repeat(m["yamltrace"]), FLAGS),
+        "plain (yamltrace merge), two forwards")
+    row("alternating", "plain (transformers merge), two forwards", once(itertools.repeat(m["plain_hf"]), {}), None)
+    row("alternating", "transformers, capture on then off", once(itertools.repeat(m["transformers"]), FLAGS),
+        "plain (transformers merge), two forwards")
+
     # trace around a loop of forwards, against forward hooks on the same modules. The variants are measured
     # in interleaved rounds, each reported as the median of its same-round differences with the raw loop:
     # a single count of this section moves with the process's history by as much as what is measured.
@@ -297,6 +307,8 @@ def report(layers: int, rows: list, counter: Counter) -> str:
          ("repeated", "transformers, flags on"), "<= 0.7"),
         ("single: yamltrace added / transformers added", ("single", "yamltrace, capture on then off"),
          ("single", "transformers, capture on then off"), "<= 1.0"),
+        ("alternating (not a target): yamltrace added / transformers added",
+         ("alternating", "yamltrace, capture on then off"), ("alternating", "transformers, capture on then off"), "—"),
     ]
     for section in ("trace", "trace, libc allocator left out"):
         for does in ("output", "recorded"):
