@@ -205,8 +205,22 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | 
     Each listener first finds the collector of the call, if any: that of the innermost decorated
     forward's session when it is one of `served.sessions`, or, for a `ScopeGate`, its collector while
     it opens (the same tests written out in each listener, so that a call makes no Python call to
-    decide but dynamo's test)."""
+    decide but dynamo's test). One factory per kind, each defining one closure: a capture builds a
+    listener per hooked module, and the closures cost more to build than anything else it installs.
+    """
     path, entries = row[1], row[2]
+    if len(entries) == 1 and isinstance(entries[0][1], int) and hasattr(entries[0][3], "copies"):
+        return _selection_listener(path, entries, served)  # a recorder that only keeps positions
+    if len(entries) != 1 or entries[0][0] in transformed or not isinstance(entries[0][1], int):
+        # Several entries, a transform (positions, detach, to, dtype), or an input recorder.
+        return _general_listener(path, entries, served)
+    if entries[0][0] == "hidden_states":
+        return _hidden_states_listener(path, entries, served)
+    return _other_listener(path, entries, served)
+
+
+def _general_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:
+    """A listener that records through `Collector.record`."""
     gate, sessions, innermost, scopes, number, block, blocks, gated = _gate_parts(served)
 
     def general(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
@@ -217,12 +231,15 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | 
         elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
             gated.record(path, entries, args, kwargs, output)
 
-    if len(entries) == 1 and isinstance(entries[0][1], int) and hasattr(entries[0][3], "copies"):
-        return _selection_listener(path, entries, served)  # a recorder that only keeps positions
-    if len(entries) != 1 or entries[0][0] in transformed or not isinstance(entries[0][1], int):
-        return general  # several entries, a transform (positions, detach, to, dtype), or an input recorder
+    return general
+
+
+def _hidden_states_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:
+    """A listener for one `hidden_states` entry without a transform: append the value (and, first,
+    the module's input as the initial hidden state)."""
+    gate, sessions, innermost, scopes, number, block, blocks, gated = _gate_parts(served)
     key, source, initial, _ = entries[0]
-    index = cast(int, source)  # an int here: input recorders take the general path
+    index = cast(int, source)  # an int here: input recorders take the general listener
     input_path = path + ":input"
 
     # Closes over plain objects only (no bound built-in methods): dynamo guards on those by identity.
@@ -262,6 +279,16 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | 
             values.append(value)
             paths.append(path)
 
+    return hidden_states
+
+
+def _other_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:
+    """A listener for one entry of another key without a transform: append the value, or note a
+    module that gave `None` (`Collector.silent`)."""
+    gate, sessions, innermost, scopes, number, block, blocks, gated = _gate_parts(served)
+    key, source, _, _ = entries[0]
+    index = cast(int, source)
+
     def other(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:
             # No capturing forward running (dynamo may trace this: it cannot read the ContextVar).
@@ -298,7 +325,7 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | 
             if output is None and not is_compiling():
                 collector.silent.add(path)
 
-    return hidden_states if key == "hidden_states" else other
+    return other
 
 
 def _gate_parts(served: Sessions | ScopeGate) -> tuple[Any, ...]:
