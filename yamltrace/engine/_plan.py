@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 import weakref
+from itertools import compress
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, cast
 
@@ -84,13 +85,17 @@ class _CachedPlan:
     `invalidate` happened since (`generation`). Entries point into `modules` by position.
     """
 
-    __slots__ = ("generation", "modules", "classes", "sizes", "entries")
+    __slots__ = ("generation", "modules", "classes", "sizes", "entries", "containers", "leaves", "container_sizes")
 
     def __init__(self, generation: int, visited: list[nn.Module], children: list[dict[str, Any]], plan: HookPlan) -> None:
         self.generation = generation
         self.modules = _watch(visited)  # the registration watch's weak references, one per module
         self.classes = list(map(type, visited))
         self.sizes = list(map(len, children))
+        # Which visited modules had children (for each `PlanGuard`, picked with `compress`).
+        self.containers = list(map(bool, self.sizes))
+        self.leaves = [not size for size in self.sizes]
+        self.container_sizes = list(compress(self.sizes, self.containers))
         position = {id(module): i for i, module in enumerate(visited)}
         self.entries = [(position[id(module)], path, entries) for module, path, entries in plan]
 
@@ -133,9 +138,9 @@ class PlanGuard:
         self._modules = visited[1:]
         self._root_class = cached.classes[0]
         # Each visited module's `_modules`: those with children (and their sizes then), the others.
-        self._containers = [dict_ for dict_, size in zip(children, cached.sizes) if size]
-        self._sizes = [size for size in cached.sizes if size]
-        self._leaves = [dict_ for dict_, size in zip(children, cached.sizes) if not size]
+        self._containers = list(compress(children, cached.containers))
+        self._sizes = cached.container_sizes
+        self._leaves = list(compress(children, cached.leaves))
         self._classes = cached.classes[1:]
 
     def holds(self, root: nn.Module) -> bool:
