@@ -1,7 +1,4 @@
-"""Spec load: `load_spec` of a shipped spec, warm; `validate_spec` of every spec in a fresh process.
-
-Skips, saying why, when the spec layer (yamltrace/spec.py, yamltrace/schema.py) is not there.
-"""
+"""Spec load: `load_spec` of a shipped spec, warm; `validate_spec` of every spec in a fresh process."""
 
 from __future__ import annotations
 
@@ -12,27 +9,16 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from harness import compare, record
+
+from yamltrace.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 
 
-def _require(module: str, name: str):
-    try:
-        return getattr(__import__(f"yamltrace.{module}", fromlist=[name]), name)
-    except (ImportError, AttributeError) as e:
-        reason = f"spec-load benchmark skipped: yamltrace.{module}.{name} is not available ({e})"
-        print(f"\n   {reason}")
-        pytest.skip(reason)
-
-
 def test_load_spec_warm() -> None:
-    load_spec = _require("spec", "load_spec")
     path = ROOT / "specs" / "tiny.yaml"
-    if not path.exists():
-        pytest.skip(f"spec-load benchmark skipped: {path} does not exist")
     load_spec(path)  # imports, the compiled schema and the class registry are warm from here on
     timing = compare({"load_spec(specs/tiny.yaml)": lambda: load_spec(path)}, calls=20, rounds=21)
     print(timing.table("spec load, warm"))
@@ -50,9 +36,7 @@ print(json.dumps({"seconds": time.perf_counter() - start, "torch": "torch" in sy
 
 
 def test_validate_every_spec_fresh_process() -> None:
-    _require("schema", "validate_spec")
-    if not SPECS:
-        pytest.skip("spec-load benchmark skipped: specs/ holds no *.yaml")
+    assert SPECS, "specs/ holds no *.yaml"
     walls, inner, torch_loaded = [], [], set()
     for _ in range(7):
         start = time.perf_counter()
