@@ -12,7 +12,7 @@ from torch import nn
 
 from helpers import assert_same, hook_count
 from yamltrace.capture import capture_outputs
-from yamltrace.engine import OutputRecorder, held_hooks, release_hooks
+from yamltrace.engine import OutputRecorder, held_hooks, normalized_tasks, plan_hooks, release_hooks
 from yamltrace.modeling import BaseModelOutput, Config, PreTrainedModel
 
 DIM = 4
@@ -219,8 +219,6 @@ def _add_to_a_leaf_directly(model: Held) -> None:
     ids=["unchanged", "mode", "delete", "add", "add-directly", "container-class", "leaf-class"],
 )
 def test_the_guard_of_held_hooks_sees_every_structure_change(model, change, holds: bool) -> None:
-    from yamltrace.engine import normalized_tasks, plan_hooks
-
     _, guard = plan_hooks(model, normalized_tasks(Held._can_record_outputs), nested_maps=True, guarded=True)
     assert guard.holds(model)
     change(model)
