@@ -21,6 +21,7 @@ __all__ = [
     "PatchProblem",
     "PatchError",
     "CaptureError",
+    "FolderError",
     "format_json_path",
     "did_you_mean",
 ]
@@ -179,3 +180,7 @@ class PatchError(YamltraceError, ValueError):
 
 class CaptureError(YamltraceError, IndexError):
     """A capture cannot record what its recorder asks for (an index past a module's tuple output)."""
+
+
+class FolderError(YamltraceError, ValueError):
+    """A file of an untrusted folder (checkpoint, activations, spec folder) that yamltrace refuses to read."""
