@@ -5,7 +5,10 @@ One rule for every reader, because these folders come from downloads:
 - it is a regular file: never a FIFO, device, socket or directory, which could block or never end;
 - a symbolic link may not leave the folder; the one exception is the Hugging Face Hub cache layout,
   where `snapshots/<revision>/NAME` links into the same repository's `blobs/`;
-- its size is checked (`fstat` on the opened descriptor, opened with `O_NONBLOCK`) before reading.
+- its size is checked (`fstat` on the opened descriptor, opened with `O_NONBLOCK`) before reading;
+- JSON (an index, a config) and safetensors headers (an 8-byte length, then JSON) are capped in bytes
+  and in nesting depth before they are parsed, and a malformed one is a FolderError, never a
+  `UnicodeDecodeError`, `JSONDecodeError` or `RecursionError`.
 
 Every failure is a `FolderError` naming the file and how to fix it. A folder changed while it is read
 by another local user is not in the threat model (see docs/security.md): the check is made on the
@@ -14,13 +17,30 @@ path that is then opened, and `read_bytes` checks the descriptor it reads.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from io import BufferedReader
+from typing import Any
 
 from .errors import FolderError
 
-__all__ = ["FolderError", "bare_name", "folder_file", "read_bytes", "is_inside"]
+__all__ = [
+    "FolderError",
+    "MAX_JSON_DEPTH",
+    "MAX_HEADER_BYTES",
+    "bare_name",
+    "folder_file",
+    "read_bytes",
+    "read_json",
+    "parse_json",
+    "safetensors_header",
+    "is_inside",
+]
+
+MAX_JSON_DEPTH = 64  # nesting levels of a folder's JSON file or safetensors header; yamltrace writes 4 at most
+MAX_HEADER_BYTES = 64 * 2**20  # bytes of one safetensors header (a shard of 100,000 tensors needs about 10 MB)
 
 
 def bare_name(name: object, *, what: str = "file") -> str:
@@ -48,10 +68,11 @@ def is_inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> boo
 
 
 def _hub_blobs(folder: Path) -> Path | None:
-    """`<cache>/models--org--name/blobs` when `folder` is a Hub cache snapshot (`.../snapshots/<revision>`)."""
-    parent = folder.parent
-    if parent.name == "snapshots" and parent.parent.name.count("--") >= 1:
-        return parent.parent / "blobs"
+    """`<cache>/models--org--name/blobs` when `folder` is a Hub cache snapshot (`.../snapshots/<revision>`)
+    or a folder inside one (a `subfolder=` of the repository)."""
+    for snapshot in (folder, *folder.parents):
+        if snapshot.parent.name == "snapshots" and snapshot.parent.parent.name.count("--") >= 1:
+            return snapshot.parent.parent / "blobs"
     return None
 
 
@@ -106,20 +127,81 @@ def _kind(mode: int) -> str:
 def read_bytes(folder: str | os.PathLike[str], name: str, *, max_bytes: int, what: str = "file") -> bytes:
     """The bytes of `folder/name` under the folder rule, at most `max_bytes` (a FolderError past it)."""
     path = _checked(Path(folder), bare_name(name, what=what), what)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise FolderError(f"{path}: cannot open the {what}: {e.strerror or e}") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise FolderError(f"{path}: the {what} is not a regular file ({_kind(info.st_mode)}); replace it with the file")
-        if info.st_size > max_bytes:
-            raise FolderError(_too_big(path, what, info.st_size, max_bytes))
+    with _open(path, what) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise FolderError(_too_big(path, what, size, max_bytes))
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise FolderError(_too_big(path, what, len(data), max_bytes))
     return data
+
+
+def _open(path: Path, what: str) -> BufferedReader:
+    """`path` opened for reading without blocking, checked again on the descriptor to be a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise FolderError(f"{path}: cannot open the {what}: {e.strerror or e}") from None
+    f = os.fdopen(fd, "rb")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        f.close()
+        raise FolderError(f"{path}: the {what} is not a regular file ({_kind(mode)}); replace it with the file")
+    return f
+
+
+def read_json(folder: str | os.PathLike[str], name: str, *, max_bytes: int, what: str = "file") -> Any:
+    """The JSON document `folder/name`, read under the folder rule (at most `max_bytes`, `MAX_JSON_DEPTH` deep)."""
+    return parse_json(read_bytes(folder, name, max_bytes=max_bytes, what=what), Path(folder) / name, what)
+
+
+def parse_json(data: bytes, path: Path, what: str) -> Any:
+    """`data` parsed as JSON; a FolderError naming `path` for bad UTF-8, bad JSON or nesting past `MAX_JSON_DEPTH`."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise FolderError(f"{path}: the {what} is not UTF-8 text (byte {e.start}); it is not a file yamltrace can read") from None
+    except json.JSONDecodeError as e:
+        raise FolderError(f"{path}:{e.lineno}:{e.colno}: the {what} is not valid JSON ({e.msg}); restore the file") from None
+    except RecursionError:
+        document = None
+    if document is None or _depth_over(document, MAX_JSON_DEPTH):
+        raise FolderError(
+            f"{path}: the {what} nests deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH); it is not a file yamltrace wrote"
+        )
+    return document
+
+
+def _depth_over(document: Any, limit: int) -> bool:
+    """Whether `document` (parsed JSON) nests deeper than `limit` levels; iterative, so any depth is safe."""
+    stack = [(document, 1)] if isinstance(document, (dict, list)) else []
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        items = value.values() if isinstance(value, dict) else value
+        stack.extend((item, depth + 1) for item in items if isinstance(item, (dict, list)))
+    return False
+
+
+def safetensors_header(folder: str | os.PathLike[str], name: str, *, what: str = "safetensors file") -> dict[str, Any]:
+    """The JSON header of the safetensors file `folder/name` (its 8-byte length checked against
+    `MAX_HEADER_BYTES` and the file's size first), read under the folder rule; `safe_open` may follow."""
+    path = _checked(Path(folder), bare_name(name, what=what), what)
+    with _open(path, what) as f:
+        size = os.fstat(f.fileno()).st_size
+        prefix = f.read(8)
+        length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+        if length < 0 or length + 8 > size:
+            raise FolderError(f"{path}: the {what} is cut short or not a safetensors file (its header length does not fit)")
+        if length > MAX_HEADER_BYTES:
+            raise FolderError(_too_big(path, f"{what}'s header", length, MAX_HEADER_BYTES))
+        data = f.read(length)
+    header = parse_json(data, path, f"{what}'s header")
+    if not isinstance(header, dict) or not isinstance(header.get("__metadata__", {}), dict):
+        raise FolderError(f"{path}: the {what}'s header is not a safetensors header (a JSON object of tensors)")
+    return header
 
 
 def _too_big(path: Path, what: str, size: int, max_bytes: int) -> str:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import nn
 
+from .._folder import folder_file, read_json
 from ..errors import PatchError
 from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
@@ -106,9 +107,17 @@ def _device_name(device: str | torch.device | None) -> str | None:
     return None if device is None else str(torch.device(device))
 
 
+MAX_CONFIG_BYTES = 16 * 2**20  # bytes of a yamltrace model's config.json (a real one is under 10 KB)
+
+
 def _local_spec_file(directory: str | os.PathLike[str], subfolder: str | None = None) -> Path | None:
-    shipped = Path(directory, subfolder or "", SPEC_FILE)
-    return shipped if shipped.is_file() else None
+    """The checkpoint's `yamltrace.yaml`, None when there is none; a FolderError when it is there but not a
+    regular file inside the folder (a FIFO, a folder, a device, a link out), never a load without it."""
+    return _shipped_spec(Path(directory, subfolder or "", SPEC_FILE))
+
+
+def _shipped_spec(path: Path | None) -> Path | None:
+    return None if path is None else folder_file(path.parent, path.name, what="checkpoint spec", missing_ok=True)
 
 
 def load_yamltrace_model(
@@ -134,8 +143,9 @@ def load_yamltrace_model(
         directory = hub_snapshot(str(path), options)
     else:
         directory = Path(path, options.get("subfolder") or "")
-    if not (directory / CONFIG_FILE).is_file():
+    if folder_file(directory, CONFIG_FILE, what="config", missing_ok=True) is None:
         raise FileNotFoundError(f"{directory} is not a checkpoint: {CONFIG_FILE} is missing.")
+    read_json(directory, CONFIG_FILE, max_bytes=MAX_CONFIG_BYTES, what="config")  # capped, not too deep
     config = getattr(cls, "config_class").load(directory / CONFIG_FILE)
     weights = weights_file(directory)
     model, resolved = _build_under_spec(
@@ -248,7 +258,7 @@ def from_pretrained(
         )
     options = hub_options(kwargs)
     if is_hub_id(path):
-        shipped = hub_spec_file(str(path), SPEC_FILE, options) if spec is None else None
+        shipped = _shipped_spec(hub_spec_file(str(path), SPEC_FILE, options)) if spec is None else None
     else:
         shipped = _local_spec_file(path, options.get("subfolder"))
     model_cls = _transformers_model_class(cls, path, options)

@@ -4,17 +4,21 @@ safetensors is the format written (`model.safetensors`). Read: `model.safetensor
 checkpoint (`model.safetensors.index.json` naming its shard files), and, for older checkpoints,
 `pytorch_model.bin` (or its sharded index) through `torch.load(weights_only=True)`, which refuses
 pickled code.
+
+A checkpoint folder is downloaded, so every file is read under the folder rule (`yamltrace._folder`):
+bare shard names, regular files only (a FIFO would block), no link out of the folder, the shard index
+and each safetensors header capped in size before they are parsed.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .._folder import bare_name, folder_file, read_json, safetensors_header
 from .._lazy import TORCH_EXTRA
 
 __all__ = [
@@ -37,20 +41,27 @@ TORCH_FILE = "pytorch_model.bin"
 TORCH_INDEX = "pytorch_model.bin.index.json"
 # In order of preference when a directory holds several.
 WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_FILE, TORCH_INDEX)
+MAX_SHARD_INDEX_BYTES = 64 * 2**20  # bytes of a shard index (a 100,000-tensor model's is about 10 MB)
 
 
 def weights_file(directory: Path) -> Path:
-    """The weights file (or shard index) of a checkpoint directory; FileNotFoundError naming what was looked for."""
+    """The weights file (or shard index) of a checkpoint directory; FileNotFoundError naming what was looked for.
+
+    A candidate that exists but is not a regular file inside the folder is a FolderError, not skipped.
+    """
     for name in WEIGHT_FILES:
-        if (directory / name).is_file():
-            return directory / name
+        found = folder_file(directory, name, what="weights file", missing_ok=True)
+        if found is not None:
+            return found
     raise FileNotFoundError(f"{directory} holds no weights: expected {', '.join(WEIGHT_FILES[:-1])} or {WEIGHT_FILES[-1]}.")
 
 
-def _read_one(path: Path) -> dict[str, torch.Tensor]:
-    if path.name.endswith(".safetensors"):
+def _read_one(directory: Path, name: str) -> dict[str, torch.Tensor]:
+    path = folder_file(directory, name, what="weights file")
+    if name.endswith(".safetensors"):
         from safetensors.torch import load_file
 
+        safetensors_header(directory, name, what="weights file")
         return load_file(str(path))
     state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict):
@@ -60,15 +71,14 @@ def _read_one(path: Path) -> dict[str, torch.Tensor]:
 
 def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
     """All shards an index names; every tensor must be in the shard the index says, and shards stay in the folder."""
-    try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{index} is not a shard index: expected a JSON object with a 'weight_map' ({e}).") from e
+    document = read_json(index.parent, index.name, max_bytes=MAX_SHARD_INDEX_BYTES, what="shard index")
+    weight_map = document.get("weight_map") if isinstance(document, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ValueError(f"{index} is not a shard index: expected a JSON object with a 'weight_map' object.")
+    shards = {bare_name(shard, what=f"{index}: shard") for shard in weight_map.values()}
     state: dict[str, torch.Tensor] = {}
-    for shard in sorted(set(weight_map.values())):
-        if not isinstance(shard, str) or Path(shard).name != shard:
-            raise ValueError(f"{index}: shard {shard!r} is not a file name in the checkpoint folder.")
-        tensors = _read_one(index.parent / shard)
+    for shard in sorted(shards):
+        tensors = _read_one(index.parent, shard)
         listed = {name for name, where in weight_map.items() if where == shard}
         if listed - set(tensors):
             raise ValueError(f"{index}: {shard} lacks {sorted(listed - set(tensors))}, which the index places there.")
@@ -77,8 +87,8 @@ def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """A state dict from a weights file or a shard index (`*.index.json`)."""
-    return _read_sharded(path) if path.name.endswith(".index.json") else _read_one(path)
+    """A state dict from a weights file or a shard index (`*.index.json`) of a checkpoint folder."""
+    return _read_sharded(path) if path.name.endswith(".index.json") else _read_one(path.parent, path.name)
 
 
 def write_weights(model: nn.Module, directory: Path) -> Path:

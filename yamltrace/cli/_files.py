@@ -1,8 +1,10 @@
 """Which files `validate` reads: FILE arguments as given, directories walked for `*.yaml` / `*.yml`.
 
-A directory is walked recursively in name order. Symbolic links to directories are followed unless
-they lead back to a directory being walked (a loop, reported and not followed); a `*.yaml` entry that
-is not a regular file (a FIFO, a socket, a device) is reported, never opened; a broken link is reported.
+A directory is walked depth first in name order, iteratively, at most `MAX_WALK_DEPTH` levels down.
+Symbolic links to directories are followed, but each real directory is walked once: a second path to
+one (a link loop, or several links to one folder, which would make the walk exponential) is reported
+and not walked again, and so is a directory past the depth limit. A `*.yaml` entry that is not a
+regular file (a FIFO, a socket, a device) is reported, never opened; a broken link is reported.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from dataclasses import dataclass
 
 from ..errors import SpecIssue
 
-__all__ = ["SPEC_SUFFIXES", "Target", "expand", "unreadable"]
+__all__ = ["MAX_WALK_DEPTH", "SPEC_SUFFIXES", "Target", "expand", "unreadable"]
 
 SPEC_SUFFIXES = (".yaml", ".yml")
+MAX_WALK_DEPTH = 64  # folder levels below a DIR argument that `validate` walks
 
 
 @dataclass(frozen=True)
@@ -47,24 +50,49 @@ def _key(path: str) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _walk(directory: str, ancestors: dict[tuple[int, int], str]) -> Iterator[Target]:
+def _listing(directory: str) -> list[os.DirEntry[str]] | Target:
     try:
-        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+        return sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError as e:
-        yield Target(directory, SpecIssue(f"cannot list the directory: {e.strerror or e}", "$", directory))
+        return Target(directory, SpecIssue(f"cannot list the directory: {e.strerror or e}", "$", directory))
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()  # follows a symbolic link
+    except OSError:
+        return False
+
+
+def _skipped(path: str, message: str) -> Target:
+    return Target(path, SpecIssue(message, "$", path))
+
+
+def _walk(top: str) -> Iterator[Target]:
+    """The spec files under `top`, depth first in name order; each real directory once, `MAX_WALK_DEPTH` deep."""
+    walked = {_key(top): top}
+    listing = _listing(top)
+    if isinstance(listing, Target):
+        yield listing
         return
-    for entry in entries:
-        try:
-            is_dir = entry.is_dir()  # follows a symbolic link
-        except OSError:
-            is_dir = False
-        if is_dir:
+    stack = [iter(listing)]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+        elif _is_dir(entry):
             key = _key(entry.path)
-            if key in ancestors:
-                message = f"symbolic link loop back to {ancestors[key]}; not followed"
-                yield Target(entry.path, SpecIssue(message, "$", entry.path))
+            if key in walked:
+                yield _skipped(entry.path, f"the directory {walked[key]} again (a symbolic link); walked once, not again")
+            elif len(stack) > MAX_WALK_DEPTH:
+                yield _skipped(entry.path, f"more than {MAX_WALK_DEPTH} levels below {top} (MAX_WALK_DEPTH); not walked: validate it on its own")
             else:
-                yield from _walk(entry.path, {**ancestors, key: entry.path})
+                walked[key] = entry.path
+                listing = _listing(entry.path)
+                if isinstance(listing, Target):
+                    yield listing
+                else:
+                    stack.append(iter(listing))
         elif entry.name.endswith(SPEC_SUFFIXES):
             yield Target(entry.path, unreadable(entry.path))
 
@@ -76,7 +104,7 @@ def expand(arguments: list[str]) -> list[Target]:
         if not os.path.isdir(argument):
             targets.append(Target(argument, unreadable(argument)))
             continue
-        found = list(_walk(argument, {_key(argument): argument}))
+        found = list(_walk(argument))
         if not found:
             message = f"no spec files ({', '.join('*' + s for s in SPEC_SUFFIXES)}) in this directory"
             found = [Target(argument, SpecIssue(message, "$", argument))]

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from .._folder import safetensors_header
 from ..errors import YamltraceError
 
 __all__ = [
@@ -110,8 +111,10 @@ class ShardInfo:
 
 
 def _read_shard(path: Path, rank: int, seq: int) -> ShardInfo:
-    from safetensors import safe_open
+    """What shard `path` says about itself; read under the folder rule (a FIFO or a link out is refused)."""
+    from safetensors import SafetensorError, safe_open
 
+    safetensors_header(path.parent, path.name, what="activation shard")  # regular file, header capped
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
@@ -121,7 +124,7 @@ def _read_shard(path: Path, rank: int, seq: int) -> ShardInfo:
                 tensors[name] = (tuple(piece.get_shape()), piece.get_dtype())
         batches = tuple((int(b), int(r)) for b, r in json.loads(metadata[BATCHES_FIELD]))
         run = metadata[RUN_FIELD]
-    except (OSError, KeyError, ValueError, TypeError) as e:
+    except (OSError, KeyError, ValueError, TypeError, RecursionError, SafetensorError) as e:
         raise ExtractError(f"{path}: not a yamltrace activation shard ({type(e).__name__}: {e}).") from e
     return ShardInfo(path, rank, seq, run, batches, tensors)
 

@@ -3,12 +3,15 @@
 Only `index.json` is read when the directory is opened; `len`, keys, layers, shapes and dtypes come
 from it. A read opens the shards it needs with safetensors' `safe_open` (memory-mapped) and copies
 out just the rows asked for, in the dataset's row order whatever the number of processes that wrote it.
+
+An activations folder may come from elsewhere, so it is read under the folder rule (`yamltrace._folder`):
+the index is capped in size and checked whole when opened (`_index_check`), and each shard's header
+is checked against the index the first time the shard is read. What the index says is then what is read.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +19,10 @@ from typing import Any
 
 import torch
 
+from .._folder import read_json, safetensors_header
 from ..errors import did_you_mean
-from ._index import DTYPES, FORMAT, INDEX_FILE, ExtractError, tensor_name
+from ._index import DTYPES, INDEX_FILE, ExtractError, tensor_name
+from ._index_check import MAX_INDEX_BYTES, check_index, check_shard_header
 
 __all__ = ["Activations", "open_activations"]
 
@@ -32,7 +37,7 @@ class Activations:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         path = self.directory / INDEX_FILE
-        if not path.is_file():
+        if not os.path.lexists(path):
             shards = sorted(p.name for p in self.directory.glob("shard-*.safetensors")) if self.directory.is_dir() else []
             hint = (
                 f" It holds {len(shards)} shard(s) but no index: the run has not finished; run it again with resume=True."
@@ -40,11 +45,11 @@ class Activations:
                 else ""
             )
             raise FileNotFoundError(f"{self.directory} is not a finished yamltrace extraction: {INDEX_FILE} is missing.{hint}")
-        self.index: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        if self.index.get("format") != FORMAT:
-            raise ExtractError(f"{path} is not a yamltrace activation index (format {self.index.get('format')!r}).")
+        self.index: dict[str, Any] = check_index(
+            read_json(self.directory, INDEX_FILE, max_bytes=MAX_INDEX_BYTES, what="activation index"), path
+        )
         self._keys: dict[str, dict[str, Any]] = self.index["keys"]
-        self._shards = [self.directory / s["file"] for s in self.index["shards"]]
+        self._files: list[str] = [s["file"] for s in self.index["shards"]]
         self._batches = self.index["batches"]  # [shard, offset, rows] in row order
         starts, total = [], 0
         for _, _, rows in self._batches:
@@ -93,7 +98,7 @@ class Activations:
             raise KeyError(f"layer {layer} of {key!r} was not extracted; layers kept: {layers}.")
         start, stop = self._row_range(rows)
         name = tensor_name(key, layer)
-        pieces = [self._shard(shard).get_slice(name)[a:b] for shard, a, b in self._pieces(start, stop)]
+        pieces = [self._read(shard, name, a, b) for shard, a, b in self._pieces(start, stop)]
         if not pieces:
             return torch.empty((0, *self._entry(key)["row_shape"]), dtype=self.dtype(key))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
@@ -126,12 +131,33 @@ class Activations:
             batch += 1
         return pieces
 
+    def _read(self, shard: int, name: str, first: int, end: int) -> torch.Tensor:
+        from safetensors import SafetensorError
+
+        handle = self._shard(shard)
+        try:
+            return handle.get_slice(name)[first:end]  # type: ignore[no-any-return]
+        except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+            raise ExtractError(
+                f"{self.directory / self._files[shard]}: cannot read {name!r} ({type(e).__name__}: {e}); "
+                "the shard is damaged: extract again into an empty folder"
+            ) from None
+
     def _shard(self, number: int) -> Any:
+        """Shard `number`, opened once its header (read under the folder rule) matches the index."""
         handle = self._open.get(number)
         if handle is None:
-            from safetensors import safe_open
+            from safetensors import SafetensorError, safe_open
 
-            handle = self._open[number] = safe_open(str(self._shards[number]), framework="pt")
+            name = self._files[number]
+            header = safetensors_header(self.directory, name, what="activation shard")
+            check_shard_header(header, self.index, number, self.directory / name)
+            try:
+                handle = self._open[number] = safe_open(str(self.directory / name), framework="pt")
+            except (SafetensorError, OSError) as e:
+                raise ExtractError(
+                    f"{self.directory / name}: not a safetensors file ({type(e).__name__}: {e}); extract again"
+                ) from None
         return handle
 
     def close(self) -> None:
@@ -160,5 +186,8 @@ def open_activations(directory: str | os.PathLike[str]) -> Activations:
 
     Raises:
         FileNotFoundError: no `index.json` there (the extraction did not finish, or another folder).
+        ExtractError: the index is not one `extract` writes (checked whole, located), or a shard does
+            not match it (checked when the shard is first read).
+        FolderError: a file of the folder is not a regular file inside it, or is over its size cap.
     """
     return Activations(directory)

@@ -1,0 +1,121 @@
+"""An activations folder's `index.json` and shard headers, checked before anything is read from them.
+
+`open_activations` checks the whole index once when it opens the folder (every field `build_index`
+writes: types, bounds, shard names under the folder rule, batches inside their shard), and each
+shard's header against the index when the shard is first read (every tensor there, of the dtype and
+row count the index says). A folder edited by hand or by someone else then fails with an error that
+names the file and the entry, never a `KeyError` from deep inside a read or rows of another shard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .._folder import bare_name
+from ._index import DTYPES, FORMAT, FORMAT_VERSION, INDEX_FILE, ExtractError, tensor_name
+
+__all__ = ["MAX_INDEX_BYTES", "check_index", "check_shard_header"]
+
+MAX_INDEX_BYTES = 64 * 2**20  # bytes of index.json: about 2 million batches as `build_index` writes them
+_MAX_DIMS = 16  # dimensions of one stored row
+
+
+def _fail(path: Path, where: str, message: str) -> ExtractError:
+    return ExtractError(
+        f"{path}: {where}: {message}; this is not an index `extract` wrote (edited or damaged): extract again"
+    )
+
+
+def _count(value: Any, path: Path, where: str) -> int:
+    """`value` when it is a non-negative integer (not a bool)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _fail(path, where, f"expected a non-negative integer, got {value!r:.80}")
+    return value
+
+
+def _entries(value: Any, kind: type, path: Path, where: str) -> Any:
+    if not isinstance(value, kind):
+        raise _fail(path, where, f"expected {'an object' if kind is dict else 'a list'}, got {type(value).__name__}")
+    return value
+
+
+def _check_key(key: Any, entry: Any, path: Path) -> None:
+    where = f"$.keys[{key!r:.80}]"
+    if not isinstance(key, str) or not key:
+        raise _fail(path, where, "a key must be a non-empty name")
+    entry = _entries(entry, dict, path, where)
+    layers = entry.get("layers")
+    if layers is not None:
+        for i, layer in enumerate(_entries(layers, list, path, f"{where}.layers")):
+            if not isinstance(layer, int) or isinstance(layer, bool):
+                raise _fail(path, f"{where}.layers[{i}]", f"expected a layer number, got {layer!r:.80}")
+        if len(set(layers)) != len(layers):
+            raise _fail(path, f"{where}.layers", "a layer is listed twice")
+    shape = _entries(entry.get("row_shape"), list, path, f"{where}.row_shape")
+    if len(shape) > _MAX_DIMS:
+        raise _fail(path, f"{where}.row_shape", f"more than {_MAX_DIMS} dimensions")
+    for i, size in enumerate(shape):
+        _count(size, path, f"{where}.row_shape[{i}]")
+    if not isinstance(entry.get("dtype"), str) or entry["dtype"] not in DTYPES:
+        raise _fail(path, f"{where}.dtype", f"expected one of {', '.join(DTYPES)}, got {entry.get('dtype')!r:.80}")
+
+
+def _check_batches(index: dict[str, Any], path: Path) -> None:
+    shard_rows = [_count(_entries(s, dict, path, f"$.shards[{i}]").get("rows"), path, f"$.shards[{i}].rows")
+                  for i, s in enumerate(index["shards"])]  # fmt: skip
+    for i, shard in enumerate(index["shards"]):
+        bare_name(shard.get("file"), what=f"{path}: $.shards[{i}].file")
+    total = 0
+    for i, batch in enumerate(_entries(index.get("batches"), list, path, "$.batches")):
+        if not isinstance(batch, list) or len(batch) != 3:
+            raise _fail(path, f"$.batches[{i}]", "expected [shard, offset, rows]")
+        shard, offset, rows = (_count(v, path, f"$.batches[{i}][{j}]") for j, v in enumerate(batch))
+        if shard >= len(shard_rows):
+            raise _fail(path, f"$.batches[{i}][0]", f"shard {shard} does not exist ({len(shard_rows)} shards listed)")
+        if offset + rows > shard_rows[shard]:
+            raise _fail(path, f"$.batches[{i}]", f"rows {offset}..{offset + rows} lie past the {shard_rows[shard]} rows of shard {shard}")
+        total += rows
+    if "rows" in index and _count(index["rows"], path, "$.rows") != total:
+        raise _fail(path, "$.rows", f"{index['rows']} rows, but the batches hold {total}")
+
+
+def check_index(index: Any, path: Path) -> dict[str, Any]:
+    """`index` (parsed `index.json` at `path`) when it has the structure `build_index` writes; an ExtractError
+    naming the file and the bad entry otherwise (a FolderError for a shard name that leaves the folder)."""
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        found = index.get("format") if isinstance(index, dict) else type(index).__name__
+        raise ExtractError(f"{path} is not a yamltrace activation index (format {found!r:.80}).")
+    if index.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
+        raise ExtractError(
+            f"{path}: $.format_version: version {index['format_version']!r:.80}, but this yamltrace reads version "
+            f"{FORMAT_VERSION}; use the yamltrace that wrote it, or extract again"
+        )
+    for key, entry in _entries(index.get("keys"), dict, path, "$.keys").items():
+        _check_key(key, entry, path)
+    _entries(index.get("shards"), list, path, "$.shards")
+    _check_batches(index, path)
+    return index
+
+
+def check_shard_header(header: dict[str, Any], index: dict[str, Any], number: int, path: Path) -> None:
+    """That shard `number` (`header` is its safetensors header) holds every tensor the index lists, each
+    of the index's dtype with the shard's row count; an ExtractError naming the shard and the tensor."""
+    rows = index["shards"][number]["rows"]
+    for key, entry in index["keys"].items():
+        for layer in entry["layers"] if entry["layers"] is not None else [None]:
+            name = tensor_name(key, layer)
+            stored = header.get(name)
+            if not isinstance(stored, dict):
+                raise ExtractError(f"{path}: holds no tensor {name!r}, which {_index_of(path)} lists; extract again")
+            expected = [rows, *entry["row_shape"]]
+            if stored.get("dtype") != entry["dtype"] or stored.get("shape") != expected:
+                raise ExtractError(
+                    f"{path}: tensor {name!r} is {stored.get('dtype')!r:.20} of shape {stored.get('shape')!r:.80}, but "
+                    f"{_index_of(path)} says {entry['dtype']} of shape {expected} (shard {number}); the shard does not "
+                    "belong to this index: extract again"
+                )
+
+
+def _index_of(shard: Path) -> str:
+    return str(shard.with_name(INDEX_FILE))
