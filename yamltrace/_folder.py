@@ -37,6 +37,8 @@ __all__ = [
     "parse_json",
     "safetensors_header",
     "is_inside",
+    "inside_folder",
+    "names_folder",
 ]
 
 MAX_JSON_DEPTH = 64  # nesting levels of a folder's JSON file or safetensors header; yamltrace writes 4 at most
@@ -107,15 +109,30 @@ def _checked(folder: Path, name: str, what: str) -> Path:
 
 
 def _check_link(folder: Path, path: Path, what: str) -> None:
-    target = Path(os.path.realpath(path))
-    root = Path(os.path.realpath(folder))
-    blobs = _hub_blobs(root)
-    if is_inside(target, root) or (blobs is not None and is_inside(target, os.path.realpath(blobs))):
-        return
-    raise FolderError(
-        f"{path}: the {what} is a symbolic link that leaves its folder (to {target}); a downloaded folder may only "
-        "link inside itself (or, in the Hub cache, into its own blobs/): copy the file into the folder instead"
-    )
+    if not inside_folder(path, folder):
+        raise FolderError(
+            f"{path}: the {what} is a symbolic link that leaves its folder (to {os.path.realpath(path)}); a downloaded "
+            "folder may only link inside itself (or, in the Hub cache, into its own blobs/): copy the file into the folder instead"
+        )
+
+
+def inside_folder(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
+    """Whether `path`, links resolved, lies inside `folder` (resolved), or, when `folder` is (in) a Hub
+    cache snapshot, inside the same repository's `blobs/`."""
+    target, root = os.path.realpath(path), os.path.realpath(folder)
+    blobs = _hub_blobs(Path(root))
+    return is_inside(target, root) or (blobs is not None and is_inside(target, os.path.realpath(blobs)))
+
+
+def names_folder(path: str | os.PathLike[str]) -> str:
+    """The real folder that relative names in the file `path` (a spec's `extends`) resolve against: the
+    folder of its target, except for a Hub cache snapshot link into `blobs/`, whose names are the snapshot's."""
+    real = os.path.realpath(path)
+    named_in = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    blobs = _hub_blobs(Path(named_in))
+    if blobs is not None and is_inside(real, os.path.realpath(blobs)):
+        return named_in
+    return os.path.dirname(real)
 
 
 def _kind(mode: int) -> str:

@@ -80,3 +80,49 @@ def test_sizes_are_checked_before_reading(folder):
     with pytest.raises(FolderError, match="over the 100-byte limit"):
         read_bytes(folder, "big.json", max_bytes=100)
     assert issubclass(FolderError, YamltraceError)
+
+
+def test_json_is_parsed_with_located_errors_and_a_depth_cap(folder):
+    from yamltrace._folder import MAX_JSON_DEPTH, read_json
+
+    (folder / "ok.json").write_text('{"a": [1, {"b": 2}]}')
+    assert read_json(folder, "ok.json", max_bytes=100) == {"a": [1, {"b": 2}]}
+    (folder / "bad.json").write_text('{"a":\n  }')
+    with pytest.raises(FolderError, match=r"bad\.json:2:3: the file is not valid JSON"):
+        read_json(folder, "bad.json", max_bytes=100)
+    (folder / "deep.json").write_text("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1))
+    with pytest.raises(FolderError, match=f"nests deeper than {MAX_JSON_DEPTH} levels"):
+        read_json(folder, "deep.json", max_bytes=1000)
+    (folder / "deep.json").write_text("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)
+    assert read_json(folder, "deep.json", max_bytes=1000) is not None
+
+
+def test_a_safetensors_header_is_read_after_its_length_is_checked(folder):
+    from yamltrace._folder import safetensors_header
+
+    header = b'{"__metadata__": {"k": "v"}}'
+    (folder / "ok.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    assert safetensors_header(folder, "ok.safetensors") == {"__metadata__": {"k": "v"}}
+    (folder / "short.safetensors").write_bytes(b"\x05\x00")
+    with pytest.raises(FolderError, match="cut short or not a safetensors file"):
+        safetensors_header(folder, "short.safetensors")
+    os.mkfifo(folder / "pipe.safetensors")
+    with pytest.raises(FolderError, match="not a regular file .a FIFO."):
+        safetensors_header(folder, "pipe.safetensors")
+
+
+def test_a_hub_subfolder_links_into_its_blobs_and_names_resolve_beside_the_link(tmp_path):
+    from yamltrace._folder import names_folder
+
+    repo = tmp_path / "models--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "abc").write_text("{}")
+    sub = repo / "snapshots" / "rev1" / "sub"
+    sub.mkdir(parents=True)
+    os.symlink("../../../blobs/abc", sub / "config.json")
+    assert read_bytes(sub, "config.json", max_bytes=10) == b"{}"
+    assert names_folder(sub / "config.json") == str(sub)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    os.symlink(repo / "blobs" / "abc", plain / "link.json")
+    assert names_folder(plain / "link.json") == str(repo / "blobs")

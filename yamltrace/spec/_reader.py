@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from .._folder import inside_folder, names_folder
 from ..errors import SpecError, SpecIssue, format_json_path
 from ._limits import MAX_EXTENDS_DEPTH, MAX_NODES, Budget
 from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_, read_file, read_text
@@ -129,10 +130,6 @@ class _Chain:
     budget: Budget
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> Part:
     """Read `part`'s `extends` base (iteratively, refusing cycles, escapes and long chains) and merge `part` over it."""
     parts = [part]
@@ -156,7 +153,7 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
             real = os.path.realpath(target)
         except (OSError, ValueError):
             raise fail(f"{_short_repr(ref)} is not a usable path") from None
-        if not _inside(real, chain.root):
+        if not inside_folder(real, chain.root):
             raise fail(
                 f"extends {_short_repr(ref)} leaves the spec's folder {chain.root} (paths and symlinks are "
                 "resolved); a base spec must lie inside it"
@@ -167,7 +164,7 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
             raise fail(f"base spec {_short_repr(ref)} not found (looked for {display})")
         part = read_file(real, display, chain.max_bytes, (*part.chain, display), chain.budget)
         parts.append(part)
-        base_dir, seen = os.path.dirname(real), seen | {real}
+        base_dir, seen = names_folder(target), seen | {real}
     merged = parts.pop()
     while parts:
         merged = _merge(merged, parts.pop())
@@ -199,7 +196,7 @@ def read_spec_document(
     elif isinstance(source, os.PathLike) or isinstance(source, str) and _names_file(source):
         display = os.fsdecode(os.fspath(source))
         part = read_file(display, display, max_bytes, (display,), budget)
-        base_dir, seen = os.path.dirname(os.path.realpath(display)), frozenset({os.path.realpath(display)})
+        base_dir, seen = names_folder(display), frozenset({os.path.realpath(display)})
     elif isinstance(source, (str, bytes)):
         part = read_text(source, max_bytes, None, ("<string>",), budget)
         base_dir, seen = os.getcwd(), frozenset()

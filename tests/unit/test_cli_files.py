@@ -1,0 +1,55 @@
+"""Which files `yamltrace validate DIR` reads: an iterative walk that visits each real directory once and
+stops at `MAX_WALK_DEPTH`, reporting what it did not walk (never exponential, never a RecursionError)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from yamltrace.cli._files import MAX_WALK_DEPTH, expand
+
+
+def test_a_symlink_dag_is_walked_once_per_directory(tmp_path: Path) -> None:
+    """Level i holds a spec and two links to level i+1: 2**depth paths, depth + 1 directories."""
+    depth = 12
+    for level in range(depth + 1):
+        (tmp_path / f"level{level}").mkdir()
+        (tmp_path / f"level{level}" / "spec.yaml").write_text("yamltrace: 1\n")
+    for level in range(depth):
+        for link in ("a", "b"):
+            os.symlink(tmp_path / f"level{level + 1}", tmp_path / f"level{level}" / link)
+    targets = expand([str(tmp_path / "level0")])
+    read = [t.path for t in targets if t.problem is None]
+    skipped = [t for t in targets if t.problem is not None]
+    assert len(read) == depth + 1
+    assert read[:2] == [str(tmp_path / "level0" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "spec.yaml"),
+                        str(tmp_path / "level0" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "spec.yaml")]  # fmt: skip
+    assert len(skipped) == depth
+    assert skipped[0].problem.message == (
+        f"the directory {tmp_path / 'level0' / ('a/' * 11 + 'a')} again (a symbolic link); walked once, not again"
+    )
+
+
+def test_a_link_loop_is_reported_once(tmp_path: Path) -> None:
+    (tmp_path / "top" / "sub").mkdir(parents=True)
+    (tmp_path / "top" / "sub" / "s.yml").write_text("yamltrace: 1\n")
+    os.symlink(tmp_path / "top", tmp_path / "top" / "sub" / "back")
+    targets = expand([str(tmp_path / "top")])
+    assert [(t.path, t.problem and t.problem.message) for t in targets] == [
+        (str(tmp_path / "top" / "sub" / "back"), f"the directory {tmp_path / 'top'} again (a symbolic link); walked once, not again"),
+        (str(tmp_path / "top" / "sub" / "s.yml"), None),
+    ]
+
+
+def test_a_tree_deeper_than_the_limit_is_reported_not_a_recursion_error(tmp_path: Path) -> None:
+    deepest = str(tmp_path)
+    for _ in range(1500):  # pathlib's mkdir(parents=True) itself recurses too deep
+        deepest = os.path.join(deepest, "d")
+        os.mkdir(deepest)
+    Path(deepest, "x.yaml").write_text("yamltrace: 1\n")
+    (tmp_path / "d" / "top.yaml").write_text("yamltrace: 1\n")
+    targets = expand([str(tmp_path)])
+    assert [t.path for t in targets if t.problem is None] == [str(tmp_path / "d" / "top.yaml")]
+    (stopped,) = [t for t in targets if t.problem is not None]
+    assert stopped.path == os.path.join(tmp_path, *["d"] * (MAX_WALK_DEPTH + 1))
+    assert f"more than {MAX_WALK_DEPTH} levels below {tmp_path} (MAX_WALK_DEPTH)" in stopped.problem.message
