@@ -66,13 +66,16 @@ def _check_batches(index: dict[str, Any], path: Path) -> None:
                   for i, s in enumerate(index["shards"])]  # fmt: skip
     for i, shard in enumerate(index["shards"]):
         bare_name(shard.get("file"), what=f"{path}: $.shards[{i}].file")
-    total = 0
+    total, shards = 0, len(shard_rows)
     for i, batch in enumerate(_entries(index.get("batches"), list, path, "$.batches")):
-        if not isinstance(batch, list) or len(batch) != 3:
+        if type(batch) is not list or len(batch) != 3:
             raise _fail(path, f"$.batches[{i}]", "expected [shard, offset, rows]")
-        shard, offset, rows = (_count(v, path, f"$.batches[{i}][{j}]") for j, v in enumerate(batch))
-        if shard >= len(shard_rows):
-            raise _fail(path, f"$.batches[{i}][0]", f"shard {shard} does not exist ({len(shard_rows)} shards listed)")
+        shard, offset, rows = batch
+        if type(shard) is not int or type(offset) is not int or type(rows) is not int or min(batch) < 0:
+            for j, value in enumerate(batch):  # exact types first: this loop runs once per batch
+                _count(value, path, f"$.batches[{i}][{j}]")
+        if shard >= shards:
+            raise _fail(path, f"$.batches[{i}][0]", f"shard {shard} does not exist ({shards} shards listed)")
         if offset + rows > shard_rows[shard]:
             raise _fail(path, f"$.batches[{i}]", f"rows {offset}..{offset + rows} lie past the {shard_rows[shard]} rows of shard {shard}")
         total += rows
