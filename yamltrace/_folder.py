@@ -6,8 +6,8 @@ One rule for every reader, because these folders come from downloads:
 - a symbolic link may not leave the folder; the one exception is the Hugging Face Hub cache layout,
   where `snapshots/<revision>/NAME` links into the same repository's `blobs/`;
 - its size is checked (`fstat` on the opened descriptor, opened with `O_NONBLOCK`) before reading;
-- JSON (an index, a config) and safetensors headers (an 8-byte length, then JSON) are capped in bytes
-  and in nesting depth before they are parsed, and a malformed one is a FolderError, never a
+- JSON (an index, a config) and safetensors headers (an 8-byte length, then JSON) are capped in bytes,
+  nesting depth and number of objects, lists and strings before they are parsed, and a malformed one is a FolderError, never a
   `UnicodeDecodeError`, `JSONDecodeError` or `RecursionError`.
 
 Every failure is a `FolderError` naming the file and how to fix it. A folder changed while it is read
@@ -21,17 +21,17 @@ import itertools
 import json
 import operator
 import os
-import re
 import stat
 from pathlib import Path
 from io import BufferedReader
-from typing import Any
+from typing import Any, Literal, overload
 
 from .errors import FolderError
 
 __all__ = [
     "FolderError",
     "MAX_JSON_DEPTH",
+    "MAX_JSON_ITEMS",
     "MAX_HEADER_BYTES",
     "bare_name",
     "folder_file",
@@ -45,6 +45,9 @@ __all__ = [
 ]
 
 MAX_JSON_DEPTH = 64  # nesting levels of a folder's JSON file or safetensors header; yamltrace writes 4 at most
+# objects, lists and strings in one such file, each costing 50 bytes or more once parsed (an index at its
+# 64 MiB cap holds 2.4 million, a 100,000-tensor safetensors header 800,000)
+MAX_JSON_ITEMS = 4_000_000
 MAX_HEADER_BYTES = 64 * 2**20  # bytes of one safetensors header (a shard of 100,000 tensors needs about 10 MB)
 
 
@@ -79,6 +82,14 @@ def _hub_blobs(folder: Path) -> Path | None:
         if snapshot.parent.name == "snapshots" and snapshot.parent.parent.name.count("--") >= 1:
             return snapshot.parent.parent / "blobs"
     return None
+
+
+@overload
+def folder_file(folder: str | os.PathLike[str], name: str, *, what: str = ..., missing_ok: Literal[False] = ...) -> Path: ...
+
+
+@overload
+def folder_file(folder: str | os.PathLike[str], name: str, *, what: str = ..., missing_ok: bool) -> Path | None: ...
 
 
 def folder_file(folder: str | os.PathLike[str], name: str, *, what: str = "file", missing_ok: bool = False) -> Path | None:
@@ -177,31 +188,39 @@ def read_json(folder: str | os.PathLike[str], name: str, *, max_bytes: int, what
 
 
 def parse_json(data: bytes, path: Path, what: str) -> Any:
-    """`data` parsed as JSON; a FolderError naming `path` for bad UTF-8, bad JSON or nesting past `MAX_JSON_DEPTH`."""
+    """`data` parsed as JSON; a FolderError naming `path` for bad UTF-8 or JSON, or past `MAX_JSON_DEPTH` / `MAX_JSON_ITEMS`."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise FolderError(f"{path}: the {what} is not UTF-8 text (byte {e.start}); it is not a file yamltrace can read") from None
-    if _nesting(data) > MAX_JSON_DEPTH:
+    depth, items = _structure(data)
+    if depth > MAX_JSON_DEPTH:
+        raise FolderError(f"{path}: the {what} nests deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH); {_NOT_OURS}")
+    if items > MAX_JSON_ITEMS:
         raise FolderError(
-            f"{path}: the {what} nests deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH); it is not a file yamltrace wrote"
+            f"{path}: the {what} holds {items:,} objects, lists and strings, over {MAX_JSON_ITEMS:,} (MAX_JSON_ITEMS); {_NOT_OURS}"
         )
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise FolderError(f"{path}:{e.lineno}:{e.colno}: the {what} is not valid JSON ({e.msg}); restore the file") from None
+    except RecursionError:
+        raise FolderError(f"{path}: the {what} nests deeper than Python can parse; {_NOT_OURS}") from None
 
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_OURS = "it is not a file yamltrace wrote"
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # an opening bracket steps 2 - 1, a closing one 0 - 1
 
 
-def _nesting(data: bytes) -> int:
-    """How deep the JSON text `data` nests, counted on its brackets outside strings, before it is parsed
-    (so a deep document never reaches the recursive parser); every step runs in C."""
-    steps = _STRING.sub(b"", data).translate(_STEPS, _NOT_BRACKETS)
-    return max(itertools.accumulate(map(operator.sub, steps, itertools.repeat(1))), default=0)
+def _structure(data: bytes) -> tuple[int, int]:
+    """How deep the JSON text `data` nests and (at most) how many objects, lists and strings it holds,
+    counted on its brackets and quotes before it is parsed, in C and in memory of one byte per bracket.
+    Brackets inside strings count too (files yamltrace reads have none); a document that hides its depth
+    that way still meets the parser's recursion limit, reported as too deep."""
+    steps = data.translate(_STEPS, _NOT_BRACKETS)
+    depth = max(itertools.accumulate(map(operator.sub, steps, itertools.repeat(1))), default=0)
+    return depth, steps.count(2) + data.count(b'"') // 2
 
 
 def safetensors_header(folder: str | os.PathLike[str], name: str, *, what: str = "safetensors file") -> dict[str, Any]:
@@ -224,4 +243,4 @@ def safetensors_header(folder: str | os.PathLike[str], name: str, *, what: str =
 
 
 def _too_big(path: Path, what: str, size: int, max_bytes: int) -> str:
-    return f"{path}: the {what} is {size:,} bytes, over the {max_bytes:,}-byte limit for it; it is not a file yamltrace wrote"
+    return f"{path}: the {what} is {size:,} bytes, over the {max_bytes:,}-byte limit for it; {_NOT_OURS}"

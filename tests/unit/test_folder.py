@@ -95,6 +95,10 @@ def test_json_is_parsed_with_located_errors_and_a_depth_cap(folder):
         read_json(folder, "deep.json", max_bytes=1000)
     (folder / "deep.json").write_text("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)
     assert read_json(folder, "deep.json", max_bytes=1000) is not None
+    hidden = "[" + '"' + "]" * 2000 + '", ' + "[" * 2000 + "]" * 2000 + "]"  # the string's brackets hide the depth
+    (folder / "hidden.json").write_text(hidden)
+    with pytest.raises(FolderError, match="nests deeper than Python can parse"):
+        read_json(folder, "hidden.json", max_bytes=10_000)
 
 
 def test_a_safetensors_header_is_read_after_its_length_is_checked(folder):
@@ -126,3 +130,15 @@ def test_a_hub_subfolder_links_into_its_blobs_and_names_resolve_beside_the_link(
     plain.mkdir()
     os.symlink(repo / "blobs" / "abc", plain / "link.json")
     assert names_folder(plain / "link.json") == str(repo / "blobs")
+
+
+def test_json_with_too_many_objects_lists_and_strings_is_refused_before_parsing(folder, monkeypatch):
+    from yamltrace import _folder
+
+    monkeypatch.setattr(_folder, "MAX_JSON_ITEMS", 10)
+    (folder / "many.json").write_text("[" + ",".join(["[]"] * 10) + "]")
+    (folder / "strings.json").write_text("[" + ",".join(['"a"'] * 11) + "]")
+    with pytest.raises(FolderError, match=r"holds 12 objects, lists and strings"):
+        _folder.read_json(folder, "strings.json", max_bytes=1000)
+    with pytest.raises(FolderError, match=r"holds 11 objects, lists and strings, over 10 \(MAX_JSON_ITEMS\)"):
+        _folder.read_json(folder, "many.json", max_bytes=1000)

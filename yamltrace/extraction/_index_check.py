@@ -15,9 +15,7 @@ from typing import Any
 from .._folder import bare_name
 from ._index import DTYPES, FORMAT, FORMAT_VERSION, INDEX_FILE, ExtractError, tensor_name
 
-__all__ = ["MAX_INDEX_BYTES", "check_index", "check_shard_header"]
-
-MAX_INDEX_BYTES = 64 * 2**20  # bytes of index.json: about 2 million batches as `build_index` writes them
+__all__ = ["check_index", "check_shard_header"]
 _MAX_DIMS = 16  # dimensions of one stored row
 
 

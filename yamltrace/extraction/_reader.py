@@ -21,8 +21,8 @@ import torch
 
 from .._folder import read_json, safetensors_header
 from ..errors import did_you_mean
-from ._index import DTYPES, INDEX_FILE, ExtractError, tensor_name
-from ._index_check import MAX_INDEX_BYTES, check_index, check_shard_header
+from ._index import DTYPES, INDEX_FILE, MAX_INDEX_BYTES, ExtractError, tensor_name
+from ._index_check import check_index, check_shard_header
 
 __all__ = ["Activations", "open_activations"]
 

@@ -18,7 +18,7 @@ from yamltrace._folder import MAX_HEADER_BYTES
 from yamltrace.errors import FolderError, YamltraceError
 from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.extraction import extract, open_activations
-from yamltrace.extraction._index_check import MAX_INDEX_BYTES
+from yamltrace.extraction._index import MAX_INDEX_BYTES
 
 SPEC = {"hidden_states": OutputRecorder(TinyDecoderLayer, index=0, layers=(0, 1))}
 
