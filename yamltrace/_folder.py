@@ -189,17 +189,18 @@ def read_json(folder: str | os.PathLike[str], name: str, *, max_bytes: int, what
 
 def parse_json(data: bytes, path: Path, what: str) -> Any:
     """`data` parsed as JSON; a FolderError naming `path` for bad UTF-8 or JSON, or past `MAX_JSON_DEPTH` / `MAX_JSON_ITEMS`."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise FolderError(f"{path}: the {what} is not UTF-8 text (byte {e.start}); it is not a file yamltrace can read") from None
-    depth, items = _structure(data)
-    if depth > MAX_JSON_DEPTH:
-        raise FolderError(f"{path}: the {what} nests deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH); {_NOT_OURS}")
+    brackets = data.translate(_STEPS, _NOT_BRACKETS)  # one byte per bracket, brackets in strings included
+    items = brackets.count(2) + data.count(b'"') // 2  # at most this many objects, lists and strings
     if items > MAX_JSON_ITEMS:
         raise FolderError(
             f"{path}: the {what} holds {items:,} objects, lists and strings, over {MAX_JSON_ITEMS:,} (MAX_JSON_ITEMS); {_NOT_OURS}"
         )
+    if _depth(brackets) > MAX_JSON_DEPTH:
+        raise FolderError(f"{path}: the {what} nests deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH); {_NOT_OURS}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FolderError(f"{path}: the {what} is not UTF-8 text (byte {e.start}); it is not a file yamltrace can read") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -213,14 +214,11 @@ _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # an opening bracket steps 2 - 1, a closing one 0 - 1
 
 
-def _structure(data: bytes) -> tuple[int, int]:
-    """How deep the JSON text `data` nests and (at most) how many objects, lists and strings it holds,
-    counted on its brackets and quotes before it is parsed, in C and in memory of one byte per bracket.
-    Brackets inside strings count too (files yamltrace reads have none); a document that hides its depth
-    that way still meets the parser's recursion limit, reported as too deep."""
-    steps = data.translate(_STEPS, _NOT_BRACKETS)
-    depth = max(itertools.accumulate(map(operator.sub, steps, itertools.repeat(1))), default=0)
-    return depth, steps.count(2) + data.count(b'"') // 2
+def _depth(brackets: bytes) -> int:
+    """How deep a JSON text nests, from its brackets alone (`_STEPS`), before it is parsed; in C. Brackets
+    inside strings count too (files yamltrace reads have none); a document that hides its depth that way
+    still meets the parser's recursion limit, reported as too deep."""
+    return max(itertools.accumulate(map(operator.sub, brackets, itertools.repeat(1))), default=0)
 
 
 def safetensors_header(folder: str | os.PathLike[str], name: str, *, what: str = "safetensors file") -> dict[str, Any]:

@@ -247,6 +247,8 @@ def from_pretrained(
         SpecError: the spec (or an override) cannot be read, resolved or applied; nothing is built.
         PatchError: a patch cannot build its replacement (a constructor that does not fit).
         FileNotFoundError: the folder has no `config.json`, or no weights.
+        FolderError: a file of the checkpoint folder is not a regular file inside it (a FIFO, a folder, a
+            link out of it), a shard name is not a bare file name, or a JSON file or header is over its cap.
 
     Example:
         >>> model = yamltrace.from_pretrained(TinyModel, "ckpt",                     # doctest: +SKIP
