@@ -150,7 +150,7 @@ def load_yamltrace_model(
     weights = weights_file(directory)
     model, resolved = _build_under_spec(
         cls,
-        _local_spec_file(directory),
+        _local_spec_file(directory) if spec is None else None,
         lambda: cls(config),
         lambda model: load_strict(model, read_weights(weights), weights),
         spec=spec,
@@ -262,7 +262,7 @@ def from_pretrained(
     if is_hub_id(path):
         shipped = _shipped_spec(hub_spec_file(str(path), SPEC_FILE, options)) if spec is None else None
     else:
-        shipped = _local_spec_file(path, options.get("subfolder"))
+        shipped = _local_spec_file(path, options.get("subfolder")) if spec is None else None
     model_cls = _transformers_model_class(cls, path, options)
     if dtype is not None:
         kwargs["dtype"] = dtype

@@ -85,7 +85,8 @@ def _walk(top: str) -> Iterator[Target]:
             if key in walked:
                 yield _skipped(entry.path, f"the directory {walked[key]} again (a symbolic link); walked once, not again")
             elif len(stack) > MAX_WALK_DEPTH:
-                yield _skipped(entry.path, f"more than {MAX_WALK_DEPTH} levels below {top} (MAX_WALK_DEPTH); not walked: validate it on its own")
+                message = f"more than {MAX_WALK_DEPTH} levels below {top} (MAX_WALK_DEPTH); not walked: validate it on its own"
+                yield _skipped(entry.path, message)
             else:
                 walked[key] = entry.path
                 listing = _listing(entry.path)

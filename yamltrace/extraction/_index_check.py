@@ -70,12 +70,13 @@ def _check_batches(index: dict[str, Any], path: Path) -> None:
             raise _fail(path, f"$.batches[{i}]", "expected [shard, offset, rows]")
         shard, offset, rows = batch
         if type(shard) is not int or type(offset) is not int or type(rows) is not int or min(batch) < 0:
-            for j, value in enumerate(batch):  # exact types first: this loop runs once per batch
+            for j, value in enumerate(batch):  # a bad batch only: name the value that is wrong
                 _count(value, path, f"$.batches[{i}][{j}]")
         if shard >= shards:
             raise _fail(path, f"$.batches[{i}][0]", f"shard {shard} does not exist ({shards} shards listed)")
         if offset + rows > shard_rows[shard]:
-            raise _fail(path, f"$.batches[{i}]", f"rows {offset}..{offset + rows} lie past the {shard_rows[shard]} rows of shard {shard}")
+            past = f"rows {offset}..{offset + rows} lie past the {shard_rows[shard]} rows of shard {shard}"
+            raise _fail(path, f"$.batches[{i}]", past)
         total += rows
     if "rows" in index and _count(index["rows"], path, "$.rows") != total:
         raise _fail(path, "$.rows", f"{index['rows']} rows, but the batches hold {total}")

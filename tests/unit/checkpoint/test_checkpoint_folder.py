@@ -140,3 +140,10 @@ def test_an_extends_leaving_a_hub_snapshot_names_the_snapshot_folder(tmp_path: P
     (tmp_path / "hub" / "outside.yaml").write_text(SPEC)
     with pytest.raises(SpecError, match=rf"leaves the spec's folder {snapshot} "):
         TinyModel.from_pretrained(snapshot)
+
+
+def test_a_spec_given_to_the_load_replaces_an_unreadable_shipped_one(ckpt: Path) -> None:
+    (ckpt / SPEC_FILE).unlink()
+    (ckpt / SPEC_FILE).mkdir()
+    loaded = TinyModel.from_pretrained(ckpt, spec=SPEC)
+    assert list(loaded.yamltrace_spec.outputs) == ["hidden_states"]
