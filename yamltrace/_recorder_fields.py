@@ -86,6 +86,11 @@ def _config_key(value: str) -> Problems:
         )
 
 
+def _layer_name(value: str) -> Problems:
+    if not value.strip("."):
+        yield (), f"layer_name {value!r} names no path component (dots are stripped); write one such as self_attn"
+
+
 def _input(value: int | str) -> Problems:
     if isinstance(value, int) and value > MAX_RECORDER_INDEX:
         yield (), f"input {value} is out of range; a positional index is 0 .. {MAX_RECORDER_INDEX}"
@@ -134,7 +139,7 @@ def _dtype_name(value: Any) -> str:
 RECORDER_FIELDS: tuple[RecorderField, ...] = (
     RecorderField("target_class", "target", (str, list), None, _none, _same),
     RecorderField("index", "index", (int,), 0, _index, _same),
-    RecorderField("layer_name", "layer_name", (str,), None, _none, _same),
+    RecorderField("layer_name", "layer_name", (str,), None, _layer_name, _same),
     RecorderField("class_name", "class_name", (str,), None, _none, _same),
     RecorderField("capture_initial_hidden_state", "capture_initial_hidden_state", (bool,), True, _none, _same),
     RecorderField("num_hidden_layers_key", "num_hidden_layers_key", (str,), "num_hidden_layers", _config_key, _same),

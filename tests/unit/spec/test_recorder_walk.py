@@ -21,6 +21,7 @@ REFUSED: dict[str, tuple[str, Any, tuple[str | int, ...], str]] = {
     "index": ("hidden_states", {"target": LAYER, "index": 1_000_000_000}, ("hidden_states", "index"), "out of range"),
     "layers": ("hidden_states", {"target": LAYER, "layers": [0, 10**9]}, ("hidden_states", "layers", 1), "out of range"),
     "config key": ("hidden_states", {"target": LAYER, "num_hidden_layers_key": "to_dict"}, ("hidden_states", "num_hidden_layers_key"), "config attribute"),
+    "layer name of dots": ("hidden_states", {"target": LAYER, "layer_name": ".."}, ("hidden_states", "layer_name"), "no path component"),
     "input": ("hidden_states", {"target": LAYER, "input": 10**9}, ("hidden_states", "input"), "out of range"),
     "seq_dim": ("hidden_states", {"target": LAYER, "seq_dim": 10**9}, ("hidden_states", "seq_dim"), "no tensor dimension"),
     "slice with a line break": ("hidden_states", {"target": LAYER, "positions": "-8:\n"}, ("hidden_states", "positions"), "not a slice"),
