@@ -15,7 +15,7 @@ from ..engine import CaptureMap, OutputRecorder, normalize_output_map
 from ..errors import SpecIssue, format_json_path
 from ._registry import ClassRegistry, default_registry
 from ._schema import SCHEMA_ID
-from ._walk import Section, sections
+from ._walk import Section, section_path, sections
 
 __all__ = ["PatchEntry", "Spec", "SpecScope"]
 
@@ -98,8 +98,7 @@ class Spec:
         found = self.locations.get((scope, key, position))
         if found is not None:
             return found
-        prefix = ("scopes", scope) if scope else ()
-        return SpecIssue("", format_json_path((*prefix, "outputs", key, position)), self.source)
+        return SpecIssue("", format_json_path((*section_path(scope), key, position)), self.source)
 
     def sections(self) -> list[Section]:
         """The recorders by section: the root's (when it records something or there are no scopes),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["Section", "Site", "document_sections", "sections", "sites"]
+__all__ = ["Section", "Site", "document_sections", "section_path", "sections", "sites"]
 
 Path = tuple[str | int, ...]
 
@@ -35,14 +35,19 @@ class Site(NamedTuple):
     value: Any
 
 
+def section_path(scope: str) -> Path:
+    """The JSON path of the `outputs` mapping of `scope` ("" for the root)."""
+    return ("scopes", scope, "outputs") if scope else ("outputs",)
+
+
 def sections(outputs: Mapping[str, Any], scopes: Mapping[str, Mapping[str, Any]]) -> list[Section]:
     """The root section, when it records something or there are no scopes, then each scope's in order.
 
     A spec of scopes alone has no root section: its root records nothing, and `to_yaml` writes no
     top-level `outputs` for it.
     """
-    found = [Section("", ("outputs",), outputs)] if outputs or not scopes else []
-    return found + [Section(scope, ("scopes", scope, "outputs"), value) for scope, value in scopes.items()]
+    found = [Section("", section_path(""), outputs)] if outputs or not scopes else []
+    return found + [Section(scope, section_path(scope), value) for scope, value in scopes.items()]
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
