@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 __all__ = [
+    "CHECKED_FIELDS",
     "MAX_POSITION",
     "MAX_RECORDER_INDEX",
     "MAX_SEQ_DIM",
@@ -154,6 +155,8 @@ RECORDER_FIELDS: tuple[RecorderField, ...] = (
 )
 
 _BY_NAME: Mapping[str, RecorderField] = {f.name: f for f in RECORDER_FIELDS}
+# The fields whose values have a check beyond their type (what `OutputRecorder` runs on construction).
+CHECKED_FIELDS: tuple[RecorderField, ...] = tuple(f for f in RECORDER_FIELDS if f.check is not _none)
 
 
 def field_default(name: str) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Union
 import torch
 from torch import nn
 
-from .._recorder_fields import RECORDER_FIELDS, default_index, field_default
+from .._recorder_fields import CHECKED_FIELDS, RECORDER_FIELDS, default_index, field_default
 from ._positions import normalize_input, normalize_positions
 
 __all__ = ["OutputRecorder", "RecorderLike", "CaptureMap", "CAPTURE_DTYPES", "normalize_output_map", "normalized_tasks", "default_index"]
@@ -97,9 +97,9 @@ class OutputRecorder:
         object.__setattr__(self, "positions", normalize_positions(self.positions))
         if not isinstance(self.seq_dim, int) or isinstance(self.seq_dim, bool):
             raise TypeError(f"OutputRecorder.seq_dim must be an int, got {self.seq_dim!r}.")
-        for field in RECORDER_FIELDS:  # the checks a spec's values get (`validate`), for every recorder
+        for field in CHECKED_FIELDS:  # the checks a spec's values get (`validate`), for every recorder
             value = getattr(self, field.name)
-            for _, message in () if value is None or field.name == "target_class" else field.check(value):
+            for _, message in () if value is None else field.check(value):
                 raise ValueError(f"OutputRecorder.{field.name}: {message}.")
 
     @property
