@@ -35,7 +35,7 @@ def _closest(word: str, choices: Iterable[str]) -> list[str]:
 def dead_hints(recorder: OutputRecorder, modules: list[tuple[str, nn.Module]]) -> str:
     """The closest module classes (for a target class) or path suffixes (for a class_name) in a scope."""
     if recorder.target_class is not None:
-        close = [c for t in recorder.target_classes for c in _closest(t.__name__, [type(m).__name__ for _, m in modules])]
+        close = list(dict.fromkeys(c for t in recorder.target_classes for c in _closest(t.__name__, [type(m).__name__ for _, m in modules])))
         return f"; closest classes: {', '.join(close)}" if close else ""
     name = (recorder.class_name or "").strip(".")
     classed = [p for p, m in modules if type(m).__name__ == name]

@@ -19,7 +19,6 @@ from .._recorder_fields import slice_problem
 __all__ = ["InputSource", "PositionError", "normalize_input", "normalize_positions", "positions_selector"]
 
 
-
 class PositionError(ValueError):
     """A captured tensor has no such dimension or positions; the collector adds which module and key."""
 
