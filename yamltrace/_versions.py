@@ -8,7 +8,6 @@ rule; docs/semantics.md ("Differences between transformers versions") lists them
 
 from __future__ import annotations
 
-import functools
 import re
 from importlib import metadata
 
@@ -40,13 +39,18 @@ def parse_version(text: str) -> Version:
     return int(found[1]), int(found[2]), int(found[3] or 0)
 
 
-@functools.lru_cache(maxsize=1)
+_followed: Version | None = None  # read once; a plain global, which `torch.compile` reads without tracing the reading
+
+
 def transformers_version() -> Version:
-    """The installed transformers release, or `NEWEST_SUPPORTED` when transformers is not installed."""
-    try:
-        return parse_version(metadata.version("transformers"))
-    except (metadata.PackageNotFoundError, ValueError):
-        return NEWEST_SUPPORTED
+    """The installed transformers release (read once), or `NEWEST_SUPPORTED` when transformers is not installed."""
+    global _followed
+    if _followed is None:
+        try:
+            _followed = parse_version(metadata.version("transformers"))
+        except (metadata.PackageNotFoundError, ValueError):
+            _followed = NEWEST_SUPPORTED
+    return _followed
 
 
 def cache_named_cache() -> bool:

@@ -12,11 +12,9 @@ from yamltrace import _versions
 
 
 @pytest.fixture
-def fresh_version():
-    """`transformers_version` recomputed inside the test and again after it."""
-    _versions.transformers_version.cache_clear()
-    yield
-    _versions.transformers_version.cache_clear()
+def fresh_version(monkeypatch):
+    """`transformers_version` read afresh inside the test (and the read kept before it restored after)."""
+    monkeypatch.setattr(_versions, "_followed", None)
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,8 @@ class CacheNameError(YamltraceError, ValueError):
 
 
 def _warn_deprecated(stacklevel: int) -> None:
-    """The deprecation warning for an alias of `cache`; silent while compiling or tracing, as transformers is."""
-    if not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
+    """The deprecation warning for an alias of `cache`; silent while `torch.compile` traces, as transformers is."""
+    if not torch.compiler.is_compiling():
         warnings.warn(_DEPRECATED, FutureWarning, stacklevel=stacklevel + 1)
 
 
@@ -60,7 +60,7 @@ def _rename_alias_keywords(kwargs: dict[str, Any]) -> None:
 def _renaming(init: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if kwargs and cache_named_cache():
+        if ("past_key_values" in kwargs or "cache_params" in kwargs) and cache_named_cache():
             _rename_alias_keywords(kwargs)
         init(self, *args, **kwargs)
 
