@@ -117,13 +117,6 @@ class ModelOutput(metaclass=_CacheAliasesMeta):
             self.__dict__.setdefault("_extra_keys", []).append(key)
         setattr(self, key, value)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        name = _current_name(name)
-        if name in _ALIASES:  # the field keeps its old name: a plain attribute (past the alias properties)
-            self.__dict__[name] = value
-        else:
-            super().__setattr__(name, value)
-
     def get(self, key: str, default: Any = None) -> Any:
         key = _current_name(key)
         return getattr(self, key) if key in self.keys() else default
@@ -137,23 +130,39 @@ class ModelOutput(metaclass=_CacheAliasesMeta):
     def __len__(self) -> int:
         return len(self.keys())
 
+    # The aliases as attributes. A subclass field of the same name (before 5.24.0) shadows them.
     @property
     def past_key_values(self) -> Any:
         """The cache (a deprecated alias of `cache` from transformers 5.24.0 on; before, a field of its own)."""
         return self._alias("past_key_values")
+
+    @past_key_values.setter
+    def past_key_values(self, value: Any) -> None:
+        self._set_alias("past_key_values", value)
 
     @property
     def cache_params(self) -> Any:
         """The cache (a deprecated alias of `cache` from transformers 5.24.0 on)."""
         return self._alias("cache_params")
 
+    @cache_params.setter
+    def cache_params(self, value: Any) -> None:
+        self._set_alias("cache_params", value)
+
     def _alias(self, name: str) -> Any:
         if cache_named_cache():
             _warn_deprecated(3)
             return getattr(self, "cache")
-        if name in self.__dict__:
+        if name in self.__dict__:  # before 5.24.0, a plain attribute of an output without the field
             return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _set_alias(self, name: str, value: Any) -> None:
+        if cache_named_cache():
+            _warn_deprecated(3)
+            self.cache = value
+        else:
+            self.__dict__[name] = value
 
 
 def _cache_field(cls: C) -> C:
