@@ -4,7 +4,10 @@ stops at `MAX_WALK_DEPTH`, reporting what it did not walk (never exponential, ne
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from yamltrace.cli._files import MAX_WALK_DEPTH, expand
 
@@ -41,12 +44,25 @@ def test_a_link_loop_is_reported_once(tmp_path: Path) -> None:
     ]
 
 
-def test_a_tree_deeper_than_the_limit_is_reported_not_a_recursion_error(tmp_path: Path) -> None:
+@pytest.fixture
+def deep_tree(tmp_path: Path) -> Iterator[str]:
+    """tmp_path/d/d/.../d (1,500 levels) holding x.yaml; removed bottom up afterwards, since pytest's
+    own clean-up (shutil.rmtree) recurses too deep for it, as pathlib's mkdir(parents=True) does."""
     deepest = str(tmp_path)
-    for _ in range(1500):  # pathlib's mkdir(parents=True) itself recurses too deep
+    for _ in range(1500):
         deepest = os.path.join(deepest, "d")
         os.mkdir(deepest)
     Path(deepest, "x.yaml").write_text("yamltrace: 1\n")
+    yield deepest
+    os.unlink(os.path.join(deepest, "x.yaml"))
+    while deepest != str(tmp_path):
+        for name in os.listdir(deepest):
+            os.unlink(os.path.join(deepest, name))
+        os.rmdir(deepest)
+        deepest = os.path.dirname(deepest)
+
+
+def test_a_tree_deeper_than_the_limit_is_reported_not_a_recursion_error(tmp_path: Path, deep_tree: str) -> None:
     (tmp_path / "d" / "top.yaml").write_text("yamltrace: 1\n")
     targets = expand([str(tmp_path)])
     assert [t.path for t in targets if t.problem is None] == [str(tmp_path / "d" / "top.yaml")]
