@@ -1,5 +1,6 @@
-"""Which files `yamltrace validate DIR` reads: an iterative walk that visits each real directory once and
-stops at `MAX_WALK_DEPTH`, reporting what it did not walk (never exponential, never a RecursionError)."""
+"""Which files `yamltrace validate DIR` reads: an iterative walk that visits each real directory once
+(a second path to one is passed over) and stops at `MAX_WALK_DEPTH`, reporting the directories past it
+(never exponential, never a RecursionError)."""
 
 from __future__ import annotations
 
@@ -27,21 +28,15 @@ def test_a_symlink_dag_is_walked_once_per_directory(tmp_path: Path) -> None:
     assert len(read) == depth + 1
     assert read[:2] == [str(tmp_path / "level0" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "spec.yaml"),
                         str(tmp_path / "level0" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "a" / "spec.yaml")]  # fmt: skip
-    assert len(skipped) == depth
-    assert skipped[0].problem.message == (
-        f"the directory {tmp_path / 'level0' / ('a/' * 11 + 'a')} again (a symbolic link); walked once, not again"
-    )
+    assert skipped == []
 
 
-def test_a_link_loop_is_reported_once(tmp_path: Path) -> None:
+def test_a_link_loop_is_walked_once(tmp_path: Path) -> None:
     (tmp_path / "top" / "sub").mkdir(parents=True)
     (tmp_path / "top" / "sub" / "s.yml").write_text("yamltrace: 1\n")
     os.symlink(tmp_path / "top", tmp_path / "top" / "sub" / "back")
     targets = expand([str(tmp_path / "top")])
-    assert [(t.path, t.problem and t.problem.message) for t in targets] == [
-        (str(tmp_path / "top" / "sub" / "back"), f"the directory {tmp_path / 'top'} again (a symbolic link); walked once, not again"),
-        (str(tmp_path / "top" / "sub" / "s.yml"), None),
-    ]
+    assert [(t.path, t.problem) for t in targets] == [(str(tmp_path / "top" / "sub" / "s.yml"), None)]
 
 
 @pytest.fixture

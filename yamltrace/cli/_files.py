@@ -2,8 +2,8 @@
 
 A directory is walked depth first in name order, iteratively, at most `MAX_WALK_DEPTH` levels down.
 Symbolic links to directories are followed, but each real directory is walked once: a second path to
-one (a link loop, or several links to one folder, which would make the walk exponential) is reported
-and not walked again, and so is a directory past the depth limit. A `*.yaml` entry that is not a
+one (a link loop, or several links to one folder, which would make the walk exponential) is passed
+over, since its files were validated through the first; a directory past the depth limit is reported. A `*.yaml` entry that is not a
 regular file (a FIFO, a socket, a device) is reported, never opened; a broken link is reported.
 """
 
@@ -70,7 +70,7 @@ def _skipped(path: str, message: str) -> Target:
 
 def _walk(top: str) -> Iterator[Target]:
     """The spec files under `top`, depth first in name order; each real directory once, `MAX_WALK_DEPTH` deep."""
-    walked = {_key(top): top}
+    walked = {_key(top)}
     listing = _listing(top)
     if isinstance(listing, Target):
         yield listing
@@ -83,12 +83,12 @@ def _walk(top: str) -> Iterator[Target]:
         elif _is_dir(entry):
             key = _key(entry.path)
             if key in walked:
-                yield _skipped(entry.path, f"the directory {walked[key]} again (a symbolic link); walked once, not again")
-            elif len(stack) > MAX_WALK_DEPTH:
+                continue  # its files were validated through its first path
+            if len(stack) > MAX_WALK_DEPTH:
                 message = f"more than {MAX_WALK_DEPTH} levels below {top} (MAX_WALK_DEPTH); not walked: validate it on its own"
                 yield _skipped(entry.path, message)
             else:
-                walked[key] = entry.path
+                walked.add(key)
                 listing = _listing(entry.path)
                 if isinstance(listing, Target):
                     yield listing
