@@ -15,7 +15,7 @@ import yamltrace
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig, TinyModel
 from yamltrace.extraction import extract, open_activations
-from yamltrace.extraction._data import TokenizedBatches, load_tokenizer, open_texts
+from yamltrace.extraction._data import TokenizedBatches, file_sha256, load_tokenizer, open_texts, tokenizer_sha256
 from yamltrace.extraction._progress import Progress
 
 SPEC = str(ROOT / "specs" / "tiny-last-layers.yaml")
@@ -53,8 +53,9 @@ def test_the_command_stores_what_the_api_stores(inputs, tmp_path: Path, capsys) 
     for key in got:
         assert torch.equal(got.get(key), expected.get(key)), key
     assert got.index["run"]["data"] == {
-        "data": str(inputs["data"]), "bytes": inputs["data"].stat().st_size, "text_field": "text",
-        "tokenizer": str(inputs["tokenizer"]), "max_length": 6, "batch_size": 4,
+        "data": str(inputs["data"]), "bytes": inputs["data"].stat().st_size, "sha256": file_sha256(inputs["data"]),
+        "text_field": "text", "tokenizer": str(inputs["tokenizer"]), "tokenizer_sha256": tokenizer_sha256(tokenizer),
+        "max_length": 6, "batch_size": 4, "seed": 0,
     }  # fmt: skip
 
 
