@@ -284,11 +284,12 @@ def extract(
         writer = ShardWriter(directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending)
         try:
             count = _run_batches(model, spec, outputs, inputs, schedule, writer, expected, reporter)
-        except KeyboardInterrupt:
+        except BaseException as e:
             writer.abort()
-            raise ExtractInterrupted(directory, done + writer.batches, world) from None
-        except BaseException:
-            writer.abort()
+            if reporter is not None:
+                reporter.stop()
+            if isinstance(e, KeyboardInterrupt):
+                raise ExtractInterrupted(directory, done + writer.batches, world) from None
             raise
         if reporter is not None:
             reporter.finish()

@@ -193,3 +193,18 @@ def test_a_full_disk_is_one_line(inputs, capsys, monkeypatch) -> None:
     assert line.startswith(f"yamltrace extract: error: writing activation shards to {inputs['out']} failed: No space left on device.")
     assert "run the same command again to resume" in line
     assert not any(p.name.endswith(".tmp") for p in inputs["out"].iterdir())
+
+
+def test_an_interrupted_bar_ends_its_line() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    Progress(10, stream=stream, redraw=1e9).stop()
+    assert stream.getvalue() == "", "nothing drawn, nothing to end"
+    progress = Progress(10, stream=stream, redraw=1e9)
+    progress.update(1, 4)
+    progress.stop()
+    shown = stream.getvalue()
+    assert shown.startswith("\r\033[Kextract [##") and shown.endswith("\n") and shown.count("\n") == 1

@@ -55,6 +55,21 @@ except Exception as e:
 """
 
 
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_planted_lock_file_is_refused_not_followed(model, batches, tmp_path: Path, kind: str) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    if kind == "link":
+        (out / ".extract-r000.lock").symlink_to(outside)
+    else:
+        os.mkfifo(out / ".extract-r000.lock")
+    with pytest.raises(ExtractError, match="lock file"):
+        extract(model, TINY, batches[:2], out, progress=False)
+    assert outside.read_text() == "precious" and not (out / "index.json").exists()
+
+
 @pytest.mark.parametrize("name", ["shard-r000-00000.safetensors", "shard-r001-00000.safetensors", "shard-r000-00007.safetensors"])
 def test_a_fifo_named_like_a_shard_is_refused_at_once(tmp_path: Path, name: str) -> None:
     """In a subprocess: opening a FIFO blocks in safetensors' code, which holds the interpreter's lock."""
