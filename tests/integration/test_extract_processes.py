@@ -107,7 +107,12 @@ sys.exit(main(sys.argv[1:]))
 
 def interrupted(command: list[str], out: Path, sent: signal.Signals) -> subprocess.CompletedProcess[str]:
     """Run `command`, send `sent` once it has written two shards; what it printed, bounded in time."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+    def interruptible() -> None:  # a shell's background job inherits SIGINT ignored; Ctrl-C reaches a terminal's job
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, preexec_fn=interruptible
+    )
     try:
         deadline = time.monotonic() + 120
         while len(list(out.glob("shard-*.safetensors"))) < 2:

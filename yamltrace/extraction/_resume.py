@@ -63,7 +63,8 @@ def previous_run(directory: Path, rank: int, world: int, run: str, resume: bool)
 
 def _clear_temporaries(directory: Path, rank: int) -> None:
     """Check every shard-named file under the folder rule; remove this rank's temporaries a crash left."""
-    prefixes = [temporary_prefix(shard_name(rank, 0)).rpartition("-")[0]] + ([temporary_prefix(INDEX_FILE)] if rank == 0 else [])
+    mine = temporary_prefix(shard_name(rank, 0)).rpartition("-")[0] + "-"  # ".shard-r000-": this rank only
+    prefixes = [mine] + ([temporary_prefix(INDEX_FILE)] if rank == 0 else [])
     for entry in os.scandir(directory):
         if _SHARD.fullmatch(entry.name):
             folder_file(directory, entry.name, what="shard")
