@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 INDEX_FILE = "index.json"
-MAX_INDEX_BYTES = 256 * 2**20  # an index.json past this size is not one yamltrace wrote
+MAX_INDEX_BYTES = 64 * 2**20  # an index.json past this size is not one yamltrace wrote (about 2 million batches)
 FORMAT = "yamltrace-activations"
 FORMAT_VERSION = 1
 _SHARD = re.compile(r"shard-r(\d{3,})-(\d{5,})\.safetensors")

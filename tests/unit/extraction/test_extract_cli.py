@@ -15,7 +15,7 @@ import yamltrace
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig, TinyModel
 from yamltrace.extraction import extract, open_activations
-from yamltrace.extraction._data import TokenizedBatches, file_sha256, load_tokenizer, open_texts, tokenizer_sha256
+from yamltrace.extraction._data import TokenizedBatches, load_tokenizer, open_texts
 from yamltrace.extraction._progress import Progress
 
 SPEC = str(ROOT / "specs" / "tiny-last-layers.yaml")
@@ -39,6 +39,8 @@ def command(inputs: dict[str, Path], *extra: str) -> list[str]:
 
 
 def test_the_command_stores_what_the_api_stores(inputs, tmp_path: Path, capsys) -> None:
+    from yamltrace.extraction._data import file_sha256, tokenizer_sha256
+
     assert main(command(inputs)) == 0
     out, err = capsys.readouterr()
     assert out == f"wrote 14 rows of hidden_states, attentions, input_ids, attention_mask in 1 shard(s) to {inputs['out']}\n"
