@@ -9,15 +9,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..errors import YamltraceError
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, positive_int
+from ._report import escape_text, escaped_issue
 
 __all__ = ["add_extract"]
+
+# 128 + the signal: the status a shell shows for a tool stopped by Ctrl-C (SIGINT) or by SIGTERM.
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 BUILTIN = "builtin:"
 
@@ -98,13 +104,15 @@ def _spec(argument: str | None, model: Any, trust_imports: bool) -> Any:
 
 
 def _texts(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    from ..extraction._data import open_dataset, open_texts
+    """The texts, and how the run records their source: a file by its size and content hash."""
+    from ..extraction._data import file_sha256, open_dataset, open_texts
 
     if args.data is not None:
         if args.split is not None:
             raise _Usage("--split goes with --dataset, not with --data.")
-        source = {"data": str(args.data), "bytes": Path(args.data).stat().st_size if Path(args.data).is_file() else None}
-        return open_texts(args.data, args.text_field), source
+        texts = open_texts(args.data, args.text_field, max_row_bytes=args.max_row_mb * 2**20)
+        path = Path(args.data)
+        return texts, {"data": str(args.data), "bytes": path.stat().st_size, "sha256": file_sha256(path)}
     if args.split is None:
         raise _Usage("--dataset needs --split (for example --split train).")
     return open_dataset(args.dataset, args.split, args.text_field), {"dataset": args.dataset, "split": args.split}
@@ -120,46 +128,84 @@ def _init_distributed(device: str) -> bool:
     return True
 
 
-def _run_extract(args: argparse.Namespace) -> int:
-    joined = False
-    try:
-        from ..extraction import extract
-        from ..extraction._data import TokenizedBatches, load_tokenizer
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an interrupt so that the run stops as it does on Ctrl-C."""
 
-        texts, source = _texts(args)
-        tokenizer = load_tokenizer(args.tokenizer)
-        batches = TokenizedBatches(texts, tokenizer, batch_size=args.batch_size, max_length=args.max_length)
-        model = _load_model(args)
-        spec = _spec(args.spec, model, args.trust_imports)
-        joined = _init_distributed(_device(args.device))
-        source.update(
-            text_field=args.text_field, tokenizer=str(args.tokenizer), max_length=args.max_length, batch_size=args.batch_size
-        )
-        acts = extract(
-            model,
-            spec,
-            batches,
-            args.out,
-            outputs=args.outputs,
-            shard_bytes=args.shard_mb * 2**20,
-            progress=not args.quiet,
-            resume=not args.no_resume,
-            data=source,
-        )
-    except _Usage as e:
-        print(f"yamltrace extract: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except (YamltraceError, KeyError, FileNotFoundError, ValueError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"yamltrace extract: error: {message}", file=sys.stderr)
-        return EXIT_INVALID
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+def _extract(args: argparse.Namespace) -> Any:
+    """Everything the command does between its arguments and its summary; the finished `Activations`."""
+    from ..extraction import extract
+    from ..extraction._data import TokenizedBatches, load_tokenizer, tokenizer_sha256
+
+    texts, source = _texts(args)
+    tokenizer = load_tokenizer(args.tokenizer)
+    batches = TokenizedBatches(texts, tokenizer, batch_size=args.batch_size, max_length=args.max_length)
+    model = _load_model(args)
+    spec = _spec(args.spec, model, args.trust_imports)
+    source.update(
+        text_field=args.text_field, tokenizer=str(args.tokenizer), tokenizer_sha256=tokenizer_sha256(tokenizer),
+        max_length=args.max_length, batch_size=args.batch_size,
+    )  # fmt: skip
+    if args.checkpoint is None:
+        source["seed"] = args.seed  # the random weights of a model built from --config
+    joined = _init_distributed(_device(args.device))
+    try:
+        return extract(
+            model, spec, batches, args.out, outputs=args.outputs, shard_bytes=args.shard_mb * 2**20, progress=not args.quiet,
+            resume=not args.no_resume, data=source, fingerprint_weights=args.fingerprint_weights,
+        )  # fmt: skip
     finally:
         if joined:
             import torch.distributed as dist
 
             dist.destroy_process_group()
+
+
+def _error_lines(error: BaseException) -> list[str]:
+    """What the command prints for `error`, every line escaped: a bad-row report and a spec's issues keep one
+    line per row or issue, anything else is one line."""
+    from ..errors import SpecError
+    from ..extraction._data import BadRows
+
+    if isinstance(error, BadRows):
+        more = [f"  ... and {error.count - len(error.problems)} more"] if error.count > len(error.problems) else []
+        return [f"{escape_text(error.source)}: {error.count} bad row(s):", *(f"  {escape_text(p)}" for p in error.problems), *more]
+    if isinstance(error, SpecError):
+        return [escaped_issue(issue) for issue in error.issues]
+    message = error.args[0] if isinstance(error, KeyError) and error.args else error
+    return [escape_text(str(message))]
+
+
+def _run_extract(args: argparse.Namespace) -> int:
+    from ..extraction import ExtractInterrupted
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    try:
+        acts = _extract(args)
+    except _Usage as e:
+        print(f"yamltrace extract: error: {escape_text(str(e))}", file=sys.stderr)
+        return EXIT_USAGE
+    except (YamltraceError, KeyError, OSError, ValueError) as e:
+        lines = _error_lines(e)
+        print(f"yamltrace extract: error: {lines[0]}", *lines[1:], sep="\n", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt as e:
+        said = str(e) if isinstance(e, ExtractInterrupted) else (
+            f"interrupted; the finished shards in {args.out} are kept: run the same command again to resume."
+        )  # fmt: skip
+        print(f"yamltrace extract: {escape_text(said)}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(e, _Terminated) or isinstance(e.__context__, _Terminated) else EXIT_INTERRUPTED
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     if not args.quiet:
-        print(f"wrote {len(acts)} rows of {', '.join(acts.keys())} in {len(acts.index['shards'])} shard(s) to {args.out}")
+        where = escape_text(str(args.out))
+        print(f"wrote {len(acts)} rows of {', '.join(map(escape_text, acts.keys()))} in {len(acts.index['shards'])} shard(s) to {where}")
     return EXIT_OK
 
 
@@ -170,7 +216,7 @@ def add_extract(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         description="Tokenise a text dataset, run the model over it under the spec's capture and write every "
         "captured tensor to OUT/shard-*.safetensors with OUT/index.json (read them with "
         "yamltrace.open_activations). Under torchrun, each process runs a share of the batches. "
-        "Exit status: 0 done, 1 bad input, 2 a usage error.",
+        "Exit status: 0 done, 1 bad input, 2 a usage error, 130 / 143 interrupted (Ctrl-C / SIGTERM; rerun to resume).",
     )
     model = parser.add_argument_group("model (--checkpoint DIR, or --model with --config)")
     model.add_argument("--checkpoint", metavar="DIR", help="a checkpoint folder (yamltrace.yaml in it is the spec)")
@@ -192,5 +238,7 @@ def add_extract(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     parser.add_argument("--out", required=True, metavar="DIR", help="the output folder")
     parser.add_argument("--shard-mb", type=positive_int, default=256, metavar="MB", help="close a shard past this many MiB (default: 256; memory holds about 3 shards)")
     parser.add_argument("--no-resume", action="store_true", help="refuse a folder that already holds an extraction (default: continue it)")
+    parser.add_argument("--fingerprint-weights", action="store_true", help="make the weights part of the run (resume refuses other weights)")
+    parser.add_argument("--max-row-mb", type=positive_int, default=64, metavar="MB", help="longest line of --data in MiB; a longer one is a bad row (default: 64)")
     parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
     parser.set_defaults(run=_run_extract)

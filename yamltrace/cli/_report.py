@@ -10,7 +10,7 @@ from typing import TextIO
 
 from ..errors import SpecIssue
 
-__all__ = ["FileResult", "Reporter", "TextReporter", "JsonReporter", "GitHubReporter", "REPORTERS"]
+__all__ = ["FileResult", "escape_text", "escaped_issue", "Reporter", "TextReporter", "JsonReporter", "GitHubReporter", "REPORTERS"]
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,20 @@ class Reporter:
         }
 
 
-def escape_text(text: str) -> str:
-    """`text` on one line: control characters and Unicode line breaks written as escapes (`\\n`, `\\x85`,
-    `\\u2028`), a backslash doubled, so a file name or message cannot forge lines of the report."""
-    return "".join(ch if ch.isprintable() and ch != "\\" else _escape_char(ch) for ch in text)
+def escape_text(text: str, *, keep: str = "") -> str:
+    """`text` on one line: control characters (ESC included) and Unicode line breaks written as escapes
+    (`\\n`, `\\x1b`, `\\u2028`), a backslash doubled, so a file name or message cannot forge lines of a
+    report or drive a terminal. Characters in `keep` are left as they are (a format that escapes them
+    its own way)."""
+    return "".join(ch if (ch.isprintable() and ch != "\\") or ch in keep else _escape_char(ch) for ch in text)
+
+
+def escaped_issue(issue: SpecIssue) -> str:
+    """`issue` rendered on one line (`file:line:column: $.path: message`), its file, path and message escaped."""
+    safe = replace(issue, message=escape_text(issue.message), json_path=escape_text(issue.json_path))
+    if issue.file is not None:
+        safe = replace(safe, file=escape_text(issue.file))
+    return safe.render()
 
 
 def _escape_char(ch: str) -> str:
@@ -67,10 +77,7 @@ class TextReporter(Reporter):
     def report(self, results: Sequence[FileResult]) -> None:
         for result in results:
             for issue in result.issues:
-                safe = replace(issue, message=escape_text(issue.message), json_path=escape_text(issue.json_path))
-                if issue.file is not None:
-                    safe = replace(safe, file=escape_text(issue.file))
-                print(safe.render(), file=self.stream)
+                print(escaped_issue(issue), file=self.stream)
         counts = self.summary(results)
         parts = [_count(counts["files"], "file"), f"{counts['invalid']} invalid"]
         if counts["unreadable"]:
@@ -95,7 +102,8 @@ class JsonReporter(Reporter):
 
 
 def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """GitHub's escapes for a workflow command's text (`%`, CR, LF), every other control character escaped."""
+    return escape_text(text, keep="\\\r\n").replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _escape_property(text: str) -> str:

@@ -8,6 +8,6 @@ See docs/extract.md.
 
 from ._index import ExtractError
 from ._reader import Activations, open_activations
-from ._run import DEFAULT_INPUTS, DEFAULT_SHARD_BYTES, extract
+from ._run import DEFAULT_INPUTS, DEFAULT_SHARD_BYTES, ExtractInterrupted, extract
 
-__all__ = ["Activations", "DEFAULT_INPUTS", "DEFAULT_SHARD_BYTES", "ExtractError", "extract", "open_activations"]
+__all__ = ["Activations", "DEFAULT_INPUTS", "DEFAULT_SHARD_BYTES", "ExtractError", "ExtractInterrupted", "extract", "open_activations"]

@@ -1,55 +1,84 @@
 """Texts in, batches out: read `.jsonl`, `.txt`, `.parquet` or a `datasets` dataset, tokenise in batches.
 
 Every row is checked when the input is opened (the field is there and is text, the input is not
-empty), so a bad row is an error, with its line, before any activation is written. `.jsonl` and `.txt`
-files are then read by byte offset as batches are built, so the texts are never all in memory.
+empty, the line is at most `max_row_bytes` long), so a bad row is an error, with its line, before any
+activation is written. `.jsonl` and `.txt` files are then read by byte offset as batches are built, so
+the texts are never all in memory, and a line over the cap is never held whole. A text is cut before
+it is tokenised, to what `max_length` tokens can cover (see `TokenizedBatches`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ._index import ExtractError
 
-__all__ = ["open_texts", "open_dataset", "load_tokenizer", "TokenizedBatches"]
+__all__ = [
+    "open_texts", "open_dataset", "load_tokenizer", "TokenizedBatches", "BadRows", "MAX_ROW_BYTES", "file_sha256",
+    "tokenizer_sha256",
+]  # fmt: skip
 
+MAX_ROW_BYTES = 64 * 2**20  # one line of a .jsonl or .txt file; a longer one is a bad row
 _MAX_LISTED = 10  # problems listed in one error; the rest are counted
+_CHUNK = 2**20  # bytes read at a time where a file is streamed
+_CHARS_PER_TOKEN = 16  # the first guess of how many characters `max_length` tokens can cover, per token
 
 
-def _fail(source: str, problems: list[str], count: int) -> None:
-    more = f"\n  ... and {count - len(problems)} more" if count > len(problems) else ""
-    raise ExtractError(f"{source}: {count} bad row(s):\n  " + "\n  ".join(problems) + more)
+class BadRows(ExtractError):
+    """Rows of an input that cannot be used: `source`, the first `problems` (`line N: why`), `count` in all."""
+
+    def __init__(self, source: str, problems: list[str], count: int) -> None:
+        self.source, self.problems, self.count = source, problems, count
+        more = f"\n  ... and {count - len(problems)} more" if count > len(problems) else ""
+        super().__init__(f"{source}: {count} bad row(s):\n  " + "\n  ".join(problems) + more)
+
+
+def _lines(f: BinaryIO, max_bytes: int) -> Iterator[tuple[bytes | None, int]]:
+    """`(line without its line break, bytes it spans)` for each line of `f`; the line is None when it is
+    longer than `max_bytes`, which is then skipped in chunks, never held whole."""
+    while raw := f.readline(max_bytes + 2):  # room for the line and "\r\n"
+        length = len(raw)
+        if not raw.endswith(b"\n") and length == max_bytes + 2:
+            while raw and not raw.endswith(b"\n"):
+                raw = f.readline(_CHUNK)
+                length += len(raw)
+            yield None, length
+            continue
+        line = raw.rstrip(b"\r\n")
+        yield (line if len(line) <= max_bytes else None), length
 
 
 class _FileRows(Sequence[str]):
     """The rows of a text file, found by one checking pass and read back by byte offset on demand."""
 
-    def __init__(self, path: Path, text_field: str | None) -> None:
+    def __init__(self, path: Path, text_field: str | None, max_row_bytes: int = MAX_ROW_BYTES) -> None:
         self.path, self.text_field = path, text_field
         self._offsets, self._lengths = array("q"), array("q")
         problems: list[str] = []
         count = 0
         with open(path, "rb") as f:
             offset = 0
-            for number, raw in enumerate(f, 1):
-                line = raw.rstrip(b"\r\n")
-                if line.strip():
-                    problem = self._check(line, number)
-                    if problem is None:
+            for number, (line, length) in enumerate(_lines(f, max_row_bytes), 1):
+                if line is None:
+                    problem: str | None = f"line {number}: {length:,} bytes, over the {max_row_bytes:,}-byte limit for one row; split it"
+                else:
+                    problem = self._check(line, number) if line.strip() else None
+                    if problem is None and line.strip():
                         self._offsets.append(offset)
                         self._lengths.append(len(line))
-                    else:
-                        count += 1
-                        if len(problems) < _MAX_LISTED:
-                            problems.append(problem)
-                offset += len(raw)
+                if problem is not None:
+                    count += 1
+                    if len(problems) < _MAX_LISTED:
+                        problems.append(problem)
+                offset += length
         if count:
-            _fail(str(path), problems, count)
+            raise BadRows(str(path), problems, count)
         if not self._offsets:
             raise ExtractError(f"{path}: the file holds no rows (it is empty or blank); nothing to extract.")
 
@@ -64,6 +93,8 @@ class _FileRows(Sequence[str]):
             row = json.loads(text)
         except json.JSONDecodeError as e:
             return f"line {number}: not JSON ({e.msg}, column {e.colno})"
+        except RecursionError:
+            return f"line {number}: JSON nested too deeply to read"
         if not isinstance(row, dict):
             return f"line {number}: a JSON {type(row).__name__}, not an object with a {self.text_field!r} field"
         if self.text_field not in row:
@@ -115,17 +146,18 @@ def _parquet_rows(path: Path, text_field: str) -> Sequence[str]:
     return _ColumnRows(lambda i: column[i].as_py(), len(column))
 
 
-def open_texts(path: str | os.PathLike[str], text_field: str = "text") -> Sequence[str]:
+def open_texts(path: str | os.PathLike[str], text_field: str = "text", *, max_row_bytes: int = MAX_ROW_BYTES) -> Sequence[str]:
     """The texts of a `.jsonl` file (field `text_field` of each line), a `.txt` file (each non-blank
-    line) or a `.parquet` file (column `text_field`, needs pyarrow); every row checked now."""
+    line) or a `.parquet` file (column `text_field`, needs pyarrow); every row checked now. A line of
+    a `.jsonl` or `.txt` file longer than `max_row_bytes` is a bad row."""
     path = Path(path)
     if not path.is_file():
         raise ExtractError(f"{path}: no such file.")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        return _FileRows(path, text_field)
+        return _FileRows(path, text_field, max_row_bytes)
     if suffix == ".txt":
-        return _FileRows(path, None)
+        return _FileRows(path, None, max_row_bytes)
     if suffix == ".parquet":
         return _parquet_rows(path, text_field)
     raise ExtractError(f"{path}: unknown data format {suffix or '(no suffix)'!r}; use .jsonl, .txt or .parquet.")
@@ -151,6 +183,29 @@ def open_dataset(name: str, split: str, text_field: str = "text") -> Sequence[st
     return _ColumnRows(lambda i: dataset[i][text_field], len(dataset))
 
 
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's content, read in chunks (part of a run's fingerprint: an edit of the data
+    that keeps its size is still another run)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tokenizer_sha256(tokenizer: Any) -> str:
+    """SHA-256 of what decides a tokenizer's ids: its vocabulary and rules (the `tokenizers` JSON of a
+    fast tokenizer, else the vocabulary), its special tokens and its padding and truncation sides."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # less its padding and truncation state, which each call sets anew
+        rules = json.dumps({k: v for k, v in json.loads(backend.to_str()).items() if k not in ("padding", "truncation")})
+    else:
+        rules = json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    names = ("pad_token", "eos_token", "bos_token", "unk_token", "padding_side", "truncation_side", "all_special_tokens")
+    settings = json.dumps({name: getattr(tokenizer, name, None) for name in names}, sort_keys=True, default=str)
+    return hashlib.sha256(f"{type(tokenizer).__name__}\n{rules}\n{settings}".encode()).hexdigest()
+
+
 def load_tokenizer(directory: str | os.PathLike[str]) -> Any:
     """A transformers tokenizer saved in `directory` (never downloaded); padding uses EOS if it has no pad token."""
     directory = Path(directory)
@@ -168,7 +223,12 @@ def load_tokenizer(directory: str | os.PathLike[str]) -> Any:
 
 class TokenizedBatches(Sequence[dict[str, Any]]):
     """Batches of `batch_size` texts, tokenised when asked for (so each rank builds only its own),
-    padded and truncated to `max_length` so that every batch gives rows of one shape."""
+    padded and truncated to `max_length` so that every batch gives rows of one shape.
+
+    A long text is cut before it is tokenised: to `max_length * 16 + 64` characters when the tokens
+    `max_length` keeps of that cut end in its first half (so the cut cannot change them), else to a
+    cut four times longer, and so on. So a 48 MB text costs what its first tokens cost.
+    """
 
     def __init__(self, texts: Sequence[str], tokenizer: Any, *, batch_size: int, max_length: int) -> None:
         self.texts, self.tokenizer = texts, tokenizer
@@ -180,6 +240,24 @@ class TokenizedBatches(Sequence[dict[str, Any]]):
     def __getitem__(self, i: int) -> dict[str, Any]:  # type: ignore[override]  # batches by position only, not slices
         if not 0 <= i < len(self):
             raise IndexError(f"batch {i} of {len(self)}")
-        rows = [self.texts[j] for j in range(i * self.batch_size, min(len(self.texts), (i + 1) * self.batch_size))]
+        rows = [self._cut(self.texts[j]) for j in range(i * self.batch_size, min(len(self.texts), (i + 1) * self.batch_size))]
         encoded = self.tokenizer(rows, padding="max_length", truncation=True, max_length=self.max_length, return_tensors="pt")
         return dict(encoded)
+
+    def _cut(self, text: str) -> str:
+        """`text`, cut where its kept tokens certainly end (see the class)."""
+        limit = self.max_length * _CHARS_PER_TOKEN + 64
+        while len(text) > limit:
+            if self._kept_end(text[:limit]) <= limit // 2:
+                return text[:limit]
+            limit *= 4
+        return text
+
+    def _kept_end(self, text: str) -> int:
+        """The character offset where the tokens `max_length` keeps of `text` end."""
+        try:
+            encoded = self.tokenizer(text, truncation=True, max_length=self.max_length, return_offsets_mapping=True)
+        except NotImplementedError:  # a slow (Python) tokenizer gives no offsets: the first cut is kept
+            return 0
+        return max((end for _, end in encoded["offset_mapping"]), default=0)
+

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +32,13 @@ __all__ = [
     "DTYPES",
     "dtype_code",
     "INDEX_FILE",
+    "MAX_INDEX_BYTES",
     "FORMAT",
     "ShardInfo",
     "shard_name",
-    "temporary_name",
+    "temporary_prefix",
+    "create_temporary",
+    "TEMPORARY_SUFFIX",
     "tensor_name",
     "split_tensor_name",
     "fingerprint",
@@ -49,6 +53,7 @@ MAX_INDEX_BYTES = 64 * 2**20  # an index.json past this size is not one yamltrac
 FORMAT = "yamltrace-activations"
 FORMAT_VERSION = 1
 _SHARD = re.compile(r"shard-r(\d{3,})-(\d{5,})\.safetensors")
+TEMPORARY_SUFFIX = ".tmp"
 RUN_FIELD, BATCHES_FIELD, KEYS_FIELD = "yamltrace.run", "yamltrace.batches", "yamltrace.keys"
 
 
@@ -76,9 +81,24 @@ def shard_name(rank: int, seq: int) -> str:
     return f"shard-r{rank:03d}-{seq:05d}.safetensors"
 
 
-def temporary_name(rank: int, seq: int) -> str:
-    """Where a shard is written before its atomic rename: hidden, and never matched as a shard."""
-    return f".{shard_name(rank, seq)}.tmp"
+def temporary_prefix(name: str) -> str:
+    """How the temporaries of file `name` begin (hidden, never matched as a shard); see `create_temporary`."""
+    return f".{name}."
+
+
+def create_temporary(directory: Path, name: str) -> tuple[int, Path]:
+    """A new, empty temporary file for `name` in `directory`, opened for writing: `(descriptor, path)`.
+
+    It is created exclusively (`O_EXCL`, `O_NOFOLLOW`) under a random name, so a planted file or link
+    of any name is never written through; it is renamed over `name` once whole.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        path = directory / f"{temporary_prefix(name)}{secrets.token_hex(6)}{TEMPORARY_SUFFIX}"
+        try:
+            return os.open(path, flags, 0o644), path
+        except FileExistsError:
+            continue
 
 
 def tensor_name(key: str, layer: int | None) -> str:
@@ -216,11 +236,19 @@ def fsync_directory(directory: Path) -> None:
 
 
 def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(document, f, indent=1, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
+    """Write `document` to `path` through a new temporary file renamed over it (a link at `path` is replaced,
+    never followed); ExtractError when the disk refuses it, with the temporary removed."""
+    fd, temporary = create_temporary(path.parent, path.name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=1, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException as e:
+        temporary.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise ExtractError(f"{path}: cannot write it ({e.strerror or e}); free some space, then run the same command again.") from e
+        raise
     fsync_directory(path.parent)

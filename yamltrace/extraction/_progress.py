@@ -48,6 +48,11 @@ class Progress:
     def finish(self) -> None:
         self._show(time.monotonic(), final=True)
 
+    def stop(self) -> None:
+        """End the redrawn line of a terminal, so that what is printed next (an error, an interrupt) starts a line."""
+        if self.terminal and self.last > self.start:
+            print(file=self.stream, flush=True)
+
     def line(self, now: float) -> str:
         elapsed = max(now - self.start, 1e-9)
         rate = self.rows / elapsed

@@ -20,22 +20,14 @@ from torch import nn
 
 from ..spec import Spec, load_spec, spec_from_model
 from ..tracing import trace
-from ._index import (
-    INDEX_FILE,
-    ExtractError,
-    build_index,
-    dtype_code,
-    fingerprint,
-    read_shards,
-    temporary_name,
-    tensor_name,
-    write_json_atomically,
-)
+from ._index import INDEX_FILE, ExtractError, build_index, dtype_code, fingerprint, tensor_name, write_json_atomically
+from ._lock import FolderLock
 from ._progress import Progress
 from ._reader import Activations, open_activations
+from ._resume import Layout, output_folder, previous_run
 from ._writer import ShardWriter
 
-__all__ = ["extract", "DEFAULT_SHARD_BYTES", "DEFAULT_INPUTS"]
+__all__ = ["extract", "ExtractInterrupted", "DEFAULT_SHARD_BYTES", "DEFAULT_INPUTS"]
 
 DEFAULT_SHARD_BYTES = 256 * 2**20
 DEFAULT_INPUTS = ("input_ids", "attention_mask")
@@ -60,6 +52,29 @@ def _config_hash(model: nn.Module) -> str | None:
         return None
     data = config.to_dict() if callable(getattr(config, "to_dict", None)) else vars(config)
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _weights_hash(model: nn.Module) -> str:
+    """SHA-256 of every parameter and buffer (names, dtypes, shapes, bytes), one tensor at a time."""
+    digest = hashlib.sha256()
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        value = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}:{value.dtype}:{list(value.shape)};".encode())
+        digest.update(memoryview(value.reshape(-1).view(torch.uint8).numpy()))  # type: ignore[arg-type]
+    return digest.hexdigest()
+
+
+class ExtractInterrupted(KeyboardInterrupt):
+    """`extract` was interrupted (Ctrl-C, or SIGTERM under the command line): a `KeyboardInterrupt` that
+    says how many batches are safe in finished shards; running the same call again resumes after them."""
+
+    def __init__(self, directory: Path, batches: int, world: int) -> None:
+        self.directory, self.batches = directory, batches
+        whose = "" if world == 1 else "of this process "
+        super().__init__(
+            f"interrupted: {batches} batch(es) {whose}are safe in finished shards in {directory}; "
+            "run the same command again to resume after them."
+        )
 
 
 def _world() -> tuple[int, int]:
@@ -150,14 +165,11 @@ def _capture(model: nn.Module, spec: Any, outputs: Any, batch: Any, inputs: Sequ
     return tensors
 
 
-_Layout = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape of one row, dtype code)
-
-
-def _layout(tensors: Mapping[str, torch.Tensor]) -> _Layout:
+def _layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
     return {name: (tuple(t.shape[1:]), dtype_code(t.dtype)) for name, t in tensors.items()}
 
 
-def _check_layout(layout: _Layout, expected: _Layout, index: int) -> None:
+def _check_layout(layout: Layout, expected: Layout, index: int) -> None:
     if layout == expected:
         return
     for name in [*expected, *(name for name in layout if name not in expected)]:
@@ -169,29 +181,6 @@ def _check_layout(layout: _Layout, expected: _Layout, index: int) -> None:
                 f"{f' ({want[1]})' if want else ''}. Every batch must give rows of one shape: pad to one length "
                 "(the command line pads to --max-length)."
             )
-
-
-def _previous_run(directory: Path, rank: int, world: int, run: str, resume: bool) -> tuple[int, int, _Layout | None]:
-    """(shards, batches) this rank finished in an earlier run, and their layout; removes stale temporaries."""
-    shards = read_shards(directory)
-    foreign = [s.path.name for s in shards if s.run != run]
-    if foreign:
-        raise ExtractError(
-            f"{directory} holds shards of another run ({', '.join(foreign[:3])}): a different spec, model, data, "
-            "shard size or number of processes. Use an empty directory, or remove those shards."
-        )
-    mine = [s for s in shards if s.rank == rank]
-    if not resume and (mine or (directory / INDEX_FILE).exists()):
-        raise ExtractError(f"{directory} already holds an extraction; pass resume=True to continue it, or use an empty directory.")
-    batches = [b for shard in mine for b, _ in shard.batches]
-    if [s.seq for s in mine] != list(range(len(mine))) or batches != list(range(rank, rank + world * len(batches), world)):
-        raise ExtractError(f"{directory}: rank {rank}'s shards are not a run's first batches in order; use an empty directory.")
-    stale = temporary_name(rank, 0).rpartition("-")[0]  # a crash can leave this rank's temporary behind
-    for entry in os.scandir(directory):
-        if entry.name.startswith(stale) and entry.name.endswith(".tmp"):
-            os.remove(entry.path)
-    layout = {name: (shape[1:], dtype) for name, (shape, dtype) in mine[0].tensors.items()} if mine else None
-    return len(mine), len(batches), layout
 
 
 def _finish(directory: Path, run: dict[str, Any], count: int, rank: int, world: int) -> None:
@@ -233,6 +222,7 @@ def extract(
     inputs: Sequence[str] = DEFAULT_INPUTS,
     data: Mapping[str, Any] | None = None,
     max_pending: int = 1,
+    fingerprint_weights: bool = False,
 ) -> Activations:
     """Run `model` over `batches` under `trace(model, spec)` and write every capture to `out_dir`.
 
@@ -255,53 +245,82 @@ def extract(
             makes two runs the same run for `resume`.
         max_pending: full shards waiting for the writer before the model loop waits for it. Memory
             holds about `(max_pending + 2) * shard_bytes` of captures at most.
+        fingerprint_weights: make the model's weights (a hash of every parameter and buffer) part of
+            what makes two runs the same run, so `resume` refuses a folder written with other weights.
+
+    The output folder is locked for the whole run: a second `extract` on it fails at once, naming the
+    process that holds it. An interrupt (`KeyboardInterrupt`) stops within a bounded time and leaves only
+    whole shards; it is raised again as `ExtractInterrupted`, which says how many batches are safe.
 
     Returns the finished extraction, opened with `open_activations`.
     """
     if not isinstance(shard_bytes, int) or shard_bytes < 1:
         raise ValueError(f"shard_bytes must be a positive number of bytes, got {shard_bytes!r}.")
-    directory = Path(out_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = output_folder(Path(out_dir))
     rank, world = _world()
     if isinstance(spec, (str, os.PathLike)):
         spec = load_spec(spec, for_model=model)
     with trace(model, spec, outputs=outputs):  # an unknown key or a spec that does not apply fails here
         pass
+    described: dict[str, Any] = {"class": f"{type(model).__module__}:{type(model).__qualname__}", "config_sha256": _config_hash(model)}
+    if fingerprint_weights:
+        described["weights_sha256"] = _weights_hash(model)
     run = {
         "spec": _spec_text(model, spec),
         "outputs": None if outputs is None else list([outputs] if isinstance(outputs, str) else outputs),
-        "model": {"class": f"{type(model).__module__}:{type(model).__qualname__}", "config_sha256": _config_hash(model)},
+        "model": described,
         "inputs": list(inputs),
         "data": dict(data) if data is not None else None,
         "world_size": world,
         "shard_bytes": shard_bytes,
     }
     run_id = fingerprint(run)
-    first_seq, done, expected = _previous_run(directory, rank, world, run_id, resume)
-    schedule = _Schedule(batches, rank, world, done)
-    reporter = Progress(schedule.total()) if progress and rank == 0 else None
-    if reporter is not None:
-        reporter.skipped(done)
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    writer = ShardWriter(directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending)
-    try:
-        with torch.inference_mode():
-            for index, batch in schedule:
-                tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index)
-                layout = _layout(tensors)
-                expected = expected or layout
-                _check_layout(layout, expected, index)
-                rows = _rows_of(batch)
-                writer.put(index, rows, tensors)
-                if reporter is not None:
-                    reporter.update(1, rows)
-        if not schedule.count:
-            raise ExtractError("the input holds no batches; nothing to extract.")
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
-    if reporter is not None:
-        reporter.finish()
-    _finish(directory, run, schedule.count, rank, world)
+    with FolderLock(directory, rank):
+        first_seq, done, expected = previous_run(directory, rank, world, run_id, resume)
+        schedule = _Schedule(batches, rank, world, done)
+        reporter = Progress(schedule.total()) if progress and rank == 0 else None
+        if reporter is not None:
+            reporter.skipped(done)
+        writer = ShardWriter(directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending)
+        try:
+            count = _run_batches(model, spec, outputs, inputs, schedule, writer, expected, reporter)
+        except BaseException as e:
+            writer.abort()
+            if reporter is not None:
+                reporter.stop()
+            if isinstance(e, KeyboardInterrupt):
+                raise ExtractInterrupted(directory, done + writer.batches, world) from None
+            raise
+        if reporter is not None:
+            reporter.finish()
+        _finish(directory, run, count, rank, world)
     return open_activations(directory)
+
+
+def _run_batches(
+    model: nn.Module,
+    spec: Any,
+    outputs: Any,
+    inputs: Sequence[str],
+    schedule: _Schedule,
+    writer: ShardWriter,
+    expected: Layout | None,
+    reporter: Progress | None,
+) -> int:
+    """The model loop: capture each of this rank's batches, check its layout, hand it to the writer.
+    Returns the number of batches in the input."""
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    with torch.inference_mode():
+        for index, batch in schedule:
+            tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index)
+            layout = _layout(tensors)
+            expected = expected or layout
+            _check_layout(layout, expected, index)
+            rows = _rows_of(batch)
+            writer.put(index, rows, tensors)
+            if reporter is not None:
+                reporter.update(1, rows)
+    if not schedule.count:
+        raise ExtractError("the input holds no batches; nothing to extract.")
+    writer.close()
+    return schedule.count

@@ -5,8 +5,10 @@ never spans two shards) and, once the shard holds `shard_bytes`, queues it for t
 The queue holds at most `max_pending` shards and `put` waits while it is full, so memory is bounded
 by about `(max_pending + 2) * shard_bytes` (one shard filling, the queued ones, one being written),
 however long the dataset. Handing over whole shards wakes the thread once per shard, not per batch.
-A shard is written to a hidden temporary file, flushed to disk, then renamed to its final name, so a
-crash at any moment leaves only whole shards behind.
+A shard is written to a hidden temporary file created exclusively (never through an existing name),
+flushed to disk, then renamed to its final name, so a crash at any moment leaves only whole shards
+behind. Nothing waits without a bound: the thread polls its queue and its stop flag, so `abort` (an
+interrupt, a failed batch) returns within `ABORT_WAIT` seconds even if the queue was left mid-call.
 """
 
 from __future__ import annotations
@@ -17,16 +19,22 @@ import queue
 import struct
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
-from ._index import BATCHES_FIELD, KEYS_FIELD, RUN_FIELD, dtype_code, fsync_directory, shard_name, temporary_name
+from ._index import BATCHES_FIELD, KEYS_FIELD, RUN_FIELD, ExtractError, create_temporary, dtype_code, fsync_directory, shard_name
 
-__all__ = ["ShardWriter", "write_safetensors"]
+__all__ = ["ShardWriter", "write_safetensors", "ABORT_WAIT"]
 
+ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two tensors of a shard)
+_POLL = 0.1  # seconds between two looks at the queue or the thread
 _DONE = object()
 _Item = tuple[int, int, dict[str, torch.Tensor]]  # (batch index, rows, {name: tensor})
+
+
+class _Abandoned(Exception):
+    """A shard whose writing stopped half-way because the run was aborted (its temporary is removed)."""
 
 
 class ShardWriter:
@@ -35,6 +43,7 @@ class ShardWriter:
     Shards are named for `rank`, numbered from `first_seq`; each records `run` (the run's fingerprint)
     and its batches in its safetensors metadata. `close()` writes the last, partial shard; `abort()`
     drops what is not written yet, so a failed run leaves exactly the shards a resume will keep.
+    `batches` counts the batches in the shards written so far.
     """
 
     def __init__(self, directory: Path, *, rank: int, first_seq: int, shard_bytes: int, run: str, max_pending: int = 1) -> None:
@@ -44,6 +53,7 @@ class ShardWriter:
         self.shard_bytes = shard_bytes
         self.run = run
         self.written: list[Path] = []
+        self.batches = 0
         self._filling: list[_Item] = []
         self._size = 0
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
@@ -64,58 +74,58 @@ class ShardWriter:
         """Write what is left as the last shard, wait for the thread; returns the shards written."""
         if self._filling:
             self._hand_over()
-        self._finish()
+        self._send(_DONE)
+        while self._thread.is_alive():
+            self._thread.join(_POLL)
+            self._raise_if_failed()
         self._raise_if_failed()
         return self.written
 
-    def abort(self) -> None:
-        """Stop without writing what is not written yet (its shard would end at another batch than a full run's)."""
+    def abort(self) -> bool:
+        """Stop without writing what is not written yet (its shard would end at another batch than a full
+        run's); the shard being written is abandoned. Waits at most `ABORT_WAIT` seconds; True once stopped."""
         self._stop.set()
         self._filling = []
-        self._finish()
+        self._thread.join(ABORT_WAIT)
+        return not self._thread.is_alive()
 
     def _hand_over(self) -> None:
         shard, self._filling, self._size = self._filling, [], 0
+        self._send(shard)
+
+    def _send(self, item: Any) -> None:
         while True:
             self._raise_if_failed()
             try:
-                self._queue.put(shard, timeout=0.1)
+                self._queue.put(item, timeout=_POLL)
                 return
             except queue.Full:
                 continue
 
-    def _finish(self) -> None:
-        while self._thread.is_alive():
-            try:
-                self._queue.put(_DONE, timeout=0.1)
-                break
-            except queue.Full:
-                if self._error is not None or self._stop.is_set():
-                    self._drain()
-        self._thread.join()
-
-    def _drain(self) -> None:
-        try:
-            while True:
-                self._queue.get_nowait()
-        except queue.Empty:
-            pass
-
     def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise RuntimeError(f"writing activation shards to {self.directory} failed: {self._error}") from self._error
+        error = self._error
+        if error is None:
+            return
+        reason = f"{error.strerror or error}" if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
+        raise ExtractError(
+            f"writing activation shards to {self.directory} failed: {reason}. The finished shards are kept: free some "
+            "space (or fix the folder), then run the same command again to resume."
+        ) from error
 
     def _work(self) -> None:
         try:
-            while True:
-                shard = self._queue.get()
+            while not self._stop.is_set():
+                try:
+                    shard = self._queue.get(timeout=_POLL)
+                except queue.Empty:
+                    continue
                 if shard is _DONE:
                     return
-                if not self._stop.is_set():
-                    self._write(shard)
+                self._write(shard)
+        except _Abandoned:
+            pass
         except BaseException as e:  # reported to the model loop by put/close
             self._error = e
-            self._drain()
 
     def _write(self, buffered: list[_Item]) -> None:
         metadata = {
@@ -123,22 +133,31 @@ class ShardWriter:
             BATCHES_FIELD: json.dumps([[batch, rows] for batch, rows, _ in buffered]),
             KEYS_FIELD: json.dumps(list(buffered[0][2])),  # safetensors lists names sorted; this keeps capture order
         }
-        temporary = self.directory / temporary_name(self.rank, self.seq)
         final = self.directory / shard_name(self.rank, self.seq)
-        write_safetensors(temporary, [item[2] for item in buffered], metadata)
-        os.replace(temporary, final)
+        fd, temporary = create_temporary(self.directory, final.name)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write_safetensors(f, [item[2] for item in buffered], metadata, stop=self._stop)
+            os.replace(temporary, final)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
         fsync_directory(self.directory)
         self.written.append(final)
+        self.batches += len(buffered)
         self.seq += 1
 
 
-def write_safetensors(path: Path, pieces: list[dict[str, torch.Tensor]], metadata: dict[str, str]) -> None:
+def write_safetensors(
+    f: BinaryIO, pieces: list[dict[str, torch.Tensor]], metadata: dict[str, str], *, stop: threading.Event | None = None
+) -> None:
     """Write the row-wise concatenation of `pieces` (each `{name: tensor}`, same names) as one
-    safetensors file, flushed to disk.
+    safetensors file to the binary file `f`, flushed to disk.
 
     The file is the safetensors format (an 8-byte little-endian header length, a JSON header naming
     each tensor's dtype, shape and byte range, then the bytes), written piece by piece: no tensor is
-    concatenated in memory first, so writing a shard needs no second copy of it.
+    concatenated in memory first, so writing a shard needs no second copy of it. When `stop` is set,
+    writing ends between two pieces (raising `_Abandoned`).
     """
     names = list(pieces[0])
     header: dict[str, Any] = {"__metadata__": metadata}
@@ -151,13 +170,14 @@ def write_safetensors(path: Path, pieces: list[dict[str, torch.Tensor]], metadat
         offset += size
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the format pads the header to 8 bytes with spaces
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
-        for name in names:
-            for piece in pieces:
-                tensor = piece[name].contiguous()
-                # numpy's stubs declare the buffer protocol (__buffer__) for Python >= 3.12 only.
-                f.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))  # type: ignore[arg-type]
-        f.flush()
-        os.fsync(f.fileno())
+    f.write(struct.pack("<Q", len(encoded)))
+    f.write(encoded)
+    for name in names:
+        for piece in pieces:
+            if stop is not None and stop.is_set():
+                raise _Abandoned
+            tensor = piece[name].contiguous()
+            # numpy's stubs declare the buffer protocol (__buffer__) for Python >= 3.12 only.
+            f.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))  # type: ignore[arg-type]
+    f.flush()
+    os.fsync(f.fileno())

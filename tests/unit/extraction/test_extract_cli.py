@@ -39,6 +39,8 @@ def command(inputs: dict[str, Path], *extra: str) -> list[str]:
 
 
 def test_the_command_stores_what_the_api_stores(inputs, tmp_path: Path, capsys) -> None:
+    from yamltrace.extraction._data import file_sha256, tokenizer_sha256
+
     assert main(command(inputs)) == 0
     out, err = capsys.readouterr()
     assert out == f"wrote 14 rows of hidden_states, attentions, input_ids, attention_mask in 1 shard(s) to {inputs['out']}\n"
@@ -53,8 +55,9 @@ def test_the_command_stores_what_the_api_stores(inputs, tmp_path: Path, capsys) 
     for key in got:
         assert torch.equal(got.get(key), expected.get(key)), key
     assert got.index["run"]["data"] == {
-        "data": str(inputs["data"]), "bytes": inputs["data"].stat().st_size, "text_field": "text",
-        "tokenizer": str(inputs["tokenizer"]), "max_length": 6, "batch_size": 4,
+        "data": str(inputs["data"]), "bytes": inputs["data"].stat().st_size, "sha256": file_sha256(inputs["data"]),
+        "text_field": "text", "tokenizer": str(inputs["tokenizer"]), "tokenizer_sha256": tokenizer_sha256(tokenizer),
+        "max_length": 6, "batch_size": 4, "seed": 0,
     }  # fmt: skip
 
 
@@ -143,3 +146,67 @@ def test_progress_in_a_log_prints_plain_lines() -> None:
     progress.finish()
     (line,) = stream.getvalue().splitlines()
     assert line.startswith("extract: 3 batches, 30 rows, ") and "rows/s" in line and "\r" not in line
+
+
+def test_deeply_nested_json_is_reported_as_a_bad_row(inputs, capsys) -> None:
+    with open(inputs["data"], "a", encoding="utf-8") as f:
+        f.write('{"text": "x", "deep": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    assert main(command(inputs)) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"yamltrace extract: error: {inputs['data']}: 1 bad row(s):",
+        "  line 15: JSON nested too deeply to read",
+    ]
+
+
+def resume_refused(inputs, capsys, argv: list[str]) -> str:
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "holds shards of another run" in err
+    return err
+
+
+def test_resume_is_refused_after_a_seed_a_data_or_a_tokenizer_change(inputs, tmp_path: Path, capsys) -> None:
+    assert main(command(inputs, "--quiet")) == 0
+    resume_refused(inputs, capsys, command(inputs, "--quiet", "--seed", "1"))
+    original = inputs["data"].read_bytes()
+    inputs["data"].write_bytes(original.replace(b"the cat", b"the rat"))  # the same size, other rows
+    assert len(inputs["data"].read_bytes()) == len(original)
+    resume_refused(inputs, capsys, command(inputs, "--quiet"))
+    inputs["data"].write_bytes(original)
+    tiny_tokenizer(inputs["tokenizer"], [*TEXTS, "zebra zebra"])  # one more word: another vocabulary
+    resume_refused(inputs, capsys, command(inputs, "--quiet"))
+
+
+def test_an_output_path_that_is_a_file_is_one_line(inputs, capsys) -> None:
+    inputs["out"].write_text("not a folder")
+    assert main(command(inputs, "--quiet")) == 1
+    assert capsys.readouterr().err == f"yamltrace extract: error: {inputs['out']}: cannot use it as the output folder (a file); choose another --out / out_dir.\n"
+
+
+def test_a_full_disk_is_one_line(inputs, capsys, monkeypatch) -> None:
+    import yamltrace.extraction._writer as writer_module
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer_module, "write_safetensors", disk_full)
+    assert main(command(inputs, "--quiet")) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"yamltrace extract: error: writing activation shards to {inputs['out']} failed: No space left on device.")
+    assert "run the same command again to resume" in line
+    assert not any(p.name.endswith(".tmp") for p in inputs["out"].iterdir())
+
+
+def test_an_interrupted_bar_ends_its_line() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    Progress(10, stream=stream, redraw=1e9).stop()
+    assert stream.getvalue() == "", "nothing drawn, nothing to end"
+    progress = Progress(10, stream=stream, redraw=1e9)
+    progress.update(1, 4)
+    progress.stop()
+    shown = stream.getvalue()
+    assert shown.startswith("\r\033[Kextract [##") and shown.endswith("\n") and shown.count("\n") == 1
