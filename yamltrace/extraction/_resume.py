@@ -5,11 +5,10 @@ Called with the folder's lock held (`FolderLock`), so no other writer changes th
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from .._folder import folder_file, read_bytes
+from .._folder import folder_file, read_json
 from ._index import (
     _SHARD,
     INDEX_FILE,
@@ -78,8 +77,8 @@ def _check_index(directory: Path, run: str) -> bool:
     if folder_file(directory, INDEX_FILE, what="index", missing_ok=True) is None:
         return False
     try:
-        found = json.loads(read_bytes(directory, INDEX_FILE, max_bytes=MAX_INDEX_BYTES, what="index")).get("fingerprint")
-    except (ValueError, RecursionError, AttributeError):
+        found = read_json(directory, INDEX_FILE, max_bytes=MAX_INDEX_BYTES, what="index").get("fingerprint")
+    except (ValueError, AttributeError):  # not JSON, too deep or too big (FolderError), not an object
         found = None
     if found != run:
         raise ExtractError(
