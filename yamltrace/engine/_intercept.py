@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Iterable
+from itertools import repeat
 from typing import Any
 
 from torch import nn
@@ -110,10 +111,23 @@ class Interception:
     """Listeners and frames installed together on several modules; `remove()` takes them all off
     (idempotent)."""
 
-    __slots__ = ("_installed",)
+    __slots__ = ("_installed", "_dicts", "_forwards")
 
     def __init__(self, installed: list[tuple[nn.Module, _Interceptor, tuple[Any, Any], bool]]) -> None:
         self._installed = installed  # (module, its interceptor, the listener or frame, is a frame)
+        # Each module's `__dict__` and the `forward` it held once installed (for `intact`).
+        self._dicts = [module.__dict__ for module, _, _, _ in installed]
+        self._forwards = list(map(dict.get, self._dicts, repeat(_FORWARD)))
+
+    def intact(self) -> bool:
+        """Whether every intercepted module still calls its interceptor: no `forward` has been set on
+        one of the instances since (which would bypass the interceptor and its listeners), unless it
+        wraps the interceptor (`functools.wraps`: `__wrapped__`) or was removed again."""
+        if list(map(dict.get, self._dicts, repeat(_FORWARD))) == self._forwards:
+            return True  # (the common case: one C-level pass, no Python call per module)
+        return all(
+            _interceptor_of(module.__dict__.get(_FORWARD)) is interceptor for module, interceptor, _, _ in self._installed
+        )
 
     def remove(self) -> None:
         installed, self._installed = self._installed, []
