@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import nn
 
+from ..engine import attach_spec
 from ..errors import PatchError
 from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
@@ -98,7 +99,7 @@ def _attach(model: M, spec: Spec | None, device: str | torch.device | None) -> M
     # setattr: nn.Module's __setattr__ is typed for modules and tensors only.
     setattr(model, "_can_record_outputs", spec.capture_map())
     patch_output_recorders(model, spec, device=device)
-    setattr(model, "yamltrace_spec", spec)
+    attach_spec(model, spec)
     return model
 
 

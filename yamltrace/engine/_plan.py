@@ -18,7 +18,7 @@ from torch import nn
 from torch.compiler import is_compiling
 from torch.nn.modules.module import register_module_module_registration_hook
 
-from ._collector import Entry, HookPlan, entry_of
+from ._collector import Entry, HookPlan, HookRow, entry_of
 from ._devices import require_devices
 from ._recorder import OutputRecorder, normalize_output_map
 from ._wrappers import child_path, wrapped_attribute
@@ -35,7 +35,7 @@ def own_output_map(module: nn.Module, class_maps: dict[type[nn.Module], Any] | N
     """The capture map a module declares (instance attribute first, then class), or a sentinel if none.
 
     A module that declares one — even `None` or `{}`, as every transformers `PreTrainedModel` does — is a
-    model boundary: the subtree below it follows its own map (REFERENCE rule 6). `class_maps` memoises
+    model boundary: the subtree below it follows its own map (transformers' rule for composite models). `class_maps` memoises
     the class's part by class, for a caller that asks of many modules while no class can change (a
     plan walk: a transformer has a dozen classes for a hundred modules).
     """
@@ -111,7 +111,7 @@ class _CachedPlan:
         children = list(map(_CHILDREN, alive))
         if list(map(len, children)) != self.sizes:
             return None
-        return [(alive[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, alive, children)
+        return [HookRow(alive[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, alive, children)
 
 
 class PlanGuard:
@@ -287,7 +287,7 @@ def _walk(
             if matches(module, path):
                 entries.append(entry)
         if entries:
-            plan.append((module, path, tuple(entries)))
+            plan.append(HookRow(module, path, tuple(entries)))
 
     visit(root, "", _checks(tasks, wanted))
     return plan, visited, children_of
