@@ -2,10 +2,10 @@
 
 A capture installs its listeners for each capturing forward and removes them after, so both the cost
 of installing and the cost per call matter. A module carrying forward hooks takes `nn.Module`'s slow
-call path (about 1.3 µs more per call, see docs/performance.md) and registering plus removing one
-hook costs about 2 µs. An interceptor costs about 0.2 µs per call and well under 1 µs to install and
-remove: it is set as the instance's `forward` (an entry of the module's `__dict__`, which
-`nn.Module.__call__` reads as `self.forward`), calls the forward it shadows, then each listener.
+call path, and registering and removing a hook costs more than setting an attribute; an
+interceptor costs less on both counts (figures: docs/performance.md): it is set as the instance's
+`forward` (an entry of the module's `__dict__`, which `nn.Module.__call__` reads as `self.forward`),
+calls the forward it shadows, then each listener.
 
 Listeners see what forward hooks would see: the arguments after forward pre-hooks ran, the output
 before forward hooks ran. A *frame* is a pair of callbacks around the forward and its listeners

@@ -122,10 +122,10 @@ class PlanGuard:
     them anyway (`_held`), and to every visited module's `_modules` dict: it checks the generation,
     the root's class, the size of each dict that had children, that the dicts that had none still
     have none, then each module's class. Reading the dicts kept, rather than each module's `_modules`
-    attribute (`nn.Module` defines `__getattr__`, so every attribute read takes the slow path: ~600
-    instructions a module), halves the check; testing the empty ones for truth (`any`, no call per
-    dict) instead of taking their sizes (a `len` call each) saves a third of the rest on a
-    transformer, whose modules are mostly leaves. A container's deletions shrink its dict (`del` of an
+    attribute (`nn.Module` defines `__getattr__`, so every attribute read takes the slow path), is
+    cheaper; so is testing the empty ones for truth (`any`, no call per dict) instead of taking their
+    sizes (a `len` call each) on a transformer, whose modules are mostly leaves (figures:
+    docs/performance.md). A container's deletions shrink its dict (`del` of an
     attribute, `ModuleList.__delitem__` deletes before it rebuilds `_modules`), additions go through
     the registration hook; replacing `_modules` by hand is the direct edit docs/capture.md leaves to
     `invalidate()`.
