@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import nn
 
-from ..engine import attach_spec
+from ..engine import CAPTURE_MAP_ATTRIBUTE, attach_spec
 from ..errors import PatchError
 from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
@@ -97,7 +97,7 @@ def _attach(model: M, spec: Spec | None, device: str | torch.device | None) -> M
     if spec is None:
         return model
     # setattr: nn.Module's __setattr__ is typed for modules and tensors only.
-    setattr(model, "_can_record_outputs", spec.capture_map())
+    setattr(model, CAPTURE_MAP_ATTRIBUTE, spec.capture_map())
     patch_output_recorders(model, spec, device=device)
     attach_spec(model, spec)
     return model

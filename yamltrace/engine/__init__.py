@@ -11,7 +11,7 @@ through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest 
 from ._attached import attach_spec, attached_spec
 from ._collector import Collector
 from ._held import hold_hooks, release_hooks
-from ._plan import invalidate, own_output_map, plan_hooks
+from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
 from ._scopes import decorated_paths, is_under, scope_modules
 from ._selection import position_counter, resolve_selections
@@ -32,6 +32,7 @@ from ._wrappers import unwrap
 
 __all__ = [
     "CAPTURE_DTYPES",
+    "CAPTURE_MAP_ATTRIBUTE",
     "CaptureMap",
     "Collector",
     "NO_CAPTURE",

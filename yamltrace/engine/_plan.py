@@ -23,11 +23,12 @@ from ._devices import require_devices
 from ._recorder import OutputRecorder, normalize_output_map
 from ._wrappers import child_path, wrapped_attribute
 
-__all__ = ["HookPlan", "PlanGuard", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
+__all__ = ["CAPTURE_MAP_ATTRIBUTE", "HookPlan", "PlanGuard", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
 
 # What `own_output_map` returns for a module that declares no capture map.
 MISSING = object()
-_ATTRIBUTE = "_can_record_outputs"
+# The attribute a module declares its capture map in (transformers' name).
+CAPTURE_MAP_ATTRIBUTE = "_can_record_outputs"
 _MODULE_GETATTR = nn.Module.__getattr__
 
 
@@ -39,7 +40,7 @@ def own_output_map(module: nn.Module, class_maps: dict[type[nn.Module], Any] | N
     the class's part by class, for a caller that asks of many modules while no class can change (a
     plan walk: a transformer has a dozen classes for a hundred modules).
     """
-    value = module.__dict__.get(_ATTRIBUTE, MISSING)
+    value = module.__dict__.get(CAPTURE_MAP_ATTRIBUTE, MISSING)
     if value is not MISSING:
         return value
     cls = type(module)
@@ -49,7 +50,7 @@ def own_output_map(module: nn.Module, class_maps: dict[type[nn.Module], Any] | N
         value = class_maps.get(cls, _UNSEEN)
         if value is _UNSEEN:
             value = class_maps[cls] = _class_map(cls)
-    return getattr(module, _ATTRIBUTE, MISSING) if value is _PER_INSTANCE else value
+    return getattr(module, CAPTURE_MAP_ATTRIBUTE, MISSING) if value is _PER_INSTANCE else value
 
 
 # What `_class_map` returns when the map must be read on the instance; a class not looked up yet.
@@ -65,7 +66,7 @@ def _class_map(cls: type[nn.Module]) -> Any:
     Reads the class directly: `nn.Module.__getattr__`, which raises and catches `AttributeError` for
     every module without a map, runs only for those classes.
     """
-    value = getattr(cls, _ATTRIBUTE, MISSING)
+    value = getattr(cls, CAPTURE_MAP_ATTRIBUTE, MISSING)
     if value is MISSING:
         return MISSING if cls.__getattr__ is _MODULE_GETATTR else _PER_INSTANCE
     if type(value) is dict:  # the usual map (`hasattr` below raises and catches for it)
