@@ -75,6 +75,7 @@ def _class_map(cls: type[nn.Module]) -> Any:
 
 
 _CHILDREN = operator.attrgetter("_modules")
+_new_row: Callable[[type[HookRow], tuple[Any, ...]], HookRow] = tuple.__new__
 _DEREFERENCE = weakref.ref.__call__
 
 
@@ -112,7 +113,9 @@ class _CachedPlan:
         children = list(map(_CHILDREN, alive))
         if list(map(len, children)) != self.sizes:
             return None
-        return [HookRow(alive[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, alive, children)
+        # `tuple.__new__` directly: `HookRow(...)` would run the named tuple's Python `__new__` per row.
+        rows = [_new_row(HookRow, (alive[i], path, entries)) for i, path, entries in self.entries]
+        return rows, PlanGuard(self, alive, children)
 
 
 class PlanGuard:
@@ -288,7 +291,7 @@ def _walk(
             if matches(module, path):
                 entries.append(entry)
         if entries:
-            plan.append(HookRow(module, path, tuple(entries)))
+            plan.append(_new_row(HookRow, (module, path, tuple(entries))))
 
     visit(root, "", _checks(tasks, wanted))
     return plan, visited, children_of
