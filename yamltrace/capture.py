@@ -18,12 +18,13 @@ from torch.compiler import is_compiling
 from .engine import (
     NO_CAPTURE,
     Collector,
-    OutputRecorder,
     Session,
+    attached_spec,
     config_attribute,
     hold_hooks,
     normalized_tasks,
     own_output_map,
+    position_counter,
     release_hooks,
     requested_flags,
     resolve_selections,
@@ -36,19 +37,9 @@ __all__ = ["capture_outputs"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _layer_count(config: Any) -> Callable[[str, OutputRecorder], int | None]:
-    def count(key: str, recorder: OutputRecorder) -> int | None:
-        layers: int | None = getattr(config, recorder.num_hidden_layers_key, None)
-        if layers is None:
-            return None
-        return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)
-
-    return count
-
-
 def _spec_options(model: nn.Module) -> Mapping[str, Any]:
-    """The options of the spec `from_pretrained` attached to `model` (read from its `__dict__`: cheap)."""
-    spec = model.__dict__.get("yamltrace_spec")
+    """The options of the spec `from_pretrained` attached to `model`."""
+    spec = attached_spec(model)
     return spec.options if spec is not None else _NO_OPTIONS
 
 
@@ -103,7 +94,7 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
                 return outputs.to_tuple() if return_dict is False else outputs
 
             tasks = normalized_tasks(output_map)
-            selections = resolve_selections(tasks, flags, flags.get("hidden_states"), _layer_count(config))
+            selections = resolve_selections(tasks, flags, flags.get("hidden_states"), position_counter(config))
             session = Session(Collector(flags, selections), block=False)
             hooks = hold_hooks(self, tasks, flags, session)  # kept until a forward without capture
             token = session.enter()

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from .._folder import folder_file, read_json
+from ..engine import CAPTURE_MAP_ATTRIBUTE, attach_spec
 from ..errors import PatchError
 from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
@@ -97,9 +98,9 @@ def _attach(model: M, spec: Spec | None, device: str | torch.device | None) -> M
     if spec is None:
         return model
     # setattr: nn.Module's __setattr__ is typed for modules and tensors only.
-    setattr(model, "_can_record_outputs", spec.capture_map())
+    setattr(model, CAPTURE_MAP_ATTRIBUTE, spec.capture_map())
     patch_output_recorders(model, spec, device=device)
-    setattr(model, "yamltrace_spec", spec)
+    attach_spec(model, spec)
     return model
 
 

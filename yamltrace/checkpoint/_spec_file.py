@@ -16,6 +16,7 @@ from typing import Any, Union
 
 from torch import nn
 
+from ..engine import attached_spec
 from ..spec import PatchEntry, Spec, load_spec, validate_spec
 
 __all__ = ["SPEC_FILE", "SpecSource", "checkpoint_spec", "overlay_spec", "spec_text", "write_spec"]
@@ -81,7 +82,7 @@ def spec_text(model: nn.Module, spec: SpecSource | None, *, trust_imports: bool 
     """What `yamltrace.yaml` holds for `model`: `spec` as written (validated and resolved first), else
     the attached spec rendered; None when there is neither."""
     if spec is None:
-        attached = getattr(model, "yamltrace_spec", None)
+        attached = attached_spec(model)
         return None if attached is None else attached.to_yaml().encode("utf-8")
     resolved = load_spec(spec, trust_imports=trust_imports, for_model=model)
     if isinstance(spec, (Spec, Mapping)):

@@ -1,77 +1,77 @@
-"""What a capture records: the `Collector` of one session, and the listeners that feed it.
+"""What a capture records and which collector records a call: `Collector`, its listeners, their gate.
 
-A hook is a listener on a module's forward (`_intercept`), cheaper than a torch forward hook; it
-records only while its session says so (`_session`), which keeps threads and nested models apart.
+A hook is a listener on a module's forward (`_intercept`), cheaper than a torch forward hook. It
+records only into the collector of the session that records the call (the *gate*): for hooks held
+by decorated forwards (`Sessions`), the innermost decorated forward's session in the calling
+context; for a `trace` scope's (`ScopeGate`), the block's, while the block is open in this context
+and the scope is the innermost running. The rule is `session_records`; the listeners write it out
+inline (no Python call per hooked call but dynamo's test), and each copy, of the gate and of what
+`Collector.record` keeps, is run against the rule by tests/unit/engine/test_listeners.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, cast
+from collections.abc import Iterable
+from contextvars import ContextVar
+from typing import Any, NamedTuple, cast
 
-import torch
 from torch import nn
 from torch.compiler import is_compiling, is_dynamo_compiling
 
 from ..errors import CaptureError
 from ._intercept import Interception, intercept
-from ._positions import InputSource, PositionError, positions_selector
+from ._positions import InputSource, PositionError, Transform, transform_of
 from ._recorder import OutputRecorder
 
-__all__ = ["Collector", "Entry", "HookPlan", "ScopeGate", "Sessions", "Transform", "entry_of", "transform_of", "install_hooks"]
+__all__ = [
+    "Collector", "Entry", "HookRow", "HookPlan", "ScopeGate", "Sessions", "Transform", "entry_of", "transform_of",
+    "install_hooks", "session_records", "innermost_forward", "open_blocks",
+]
 
-# What a recorder's `positions` / `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
-Transform = Callable[[Any], Any]
-# A plan entry: (key, tuple index or the input to take, prepend the first input as the initial hidden
-# state, transform).
-Entry = tuple[str, "int | InputSource", bool, Transform | None]
-# A plan: for each hooked module, its dotted path and its entries.
-HookPlan = list[tuple[nn.Module, str, tuple[Entry, ...]]]
+# The kinds of entry (`Entry.kind`); each but TRANSFORMED and INPUT has its own listener.
+HIDDEN, OTHER, SELECTED, TRANSFORMED, INPUT = "hidden_states", "other", "selected", "transformed", "input"
+
+
+class Entry(NamedTuple):
+    """What a hooked module's listener records for one key: `source`, the tuple index (or the
+    `InputSource` of an input recorder); `initial`, prepend the first input as the initial hidden
+    state; `transform`, what is done to a kept value (None: the reference is kept)."""
+
+    key: str
+    source: int | InputSource
+    initial: bool
+    transform: Transform | None
+
+    @property
+    def kind(self) -> str:
+        """How the value is taken: INPUT, SELECTED (a transform that only keeps positions),
+        TRANSFORMED, else HIDDEN or OTHER by key (the plain reference kept)."""
+        if not isinstance(self.source, int):
+            return INPUT
+        if self.transform is not None:
+            return SELECTED if hasattr(self.transform, "copies") else TRANSFORMED
+        return HIDDEN if self.key == "hidden_states" else OTHER
+
+
+class HookRow(NamedTuple):
+    """One hooked module of a plan: the module, its dotted path (leading dot), its entries."""
+
+    module: nn.Module
+    path: str
+    entries: tuple[Entry, ...]
+
+
+HookPlan = list[HookRow]  # a plan: each hooked module's row
 
 
 def entry_of(key: str, recorder: OutputRecorder) -> Entry:
     """The plan entry of one task: what a hooked module's listener records for `key`."""
     source = recorder.index if recorder.input is None else InputSource(recorder.input, recorder.target_class)
-    return (key, source, recorder.capture_initial_hidden_state, transform_of(recorder))
-
-
-def transform_of(recorder: OutputRecorder) -> Transform | None:
-    """What `recorder` does to a captured tensor (detach, keep positions, then move/cast); None when
-    it keeps the reference."""
-    detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
-    convert = device is not None or dtype is not None
-    if recorder.positions is None:
-        if not detach and not convert:
-            return None
-        select = None
-    else:
-        # The selection copies, unless `to`/`dtype` follow (they copy; a view is then enough).
-        select = positions_selector(recorder.positions, recorder.seq_dim, copy=not convert)
-        if not detach and not convert:
-            return select  # passes non-tensors through: one call per captured value
-    # A selection that may be a view must be copied when `to` does not copy.
-    must_copy = select is not None and not select.copies  # type: ignore[attr-defined]
-
-    def transform(value: Any) -> Any:
-        if not isinstance(value, torch.Tensor):
-            return value
-        if detach:
-            value = value.detach()
-        if select is not None:
-            value = select(value)
-        if convert:
-            moved = value.to(device=device, dtype=dtype)
-            if moved is not value:
-                return moved
-        return value.clone() if must_copy else value
-
-    return transform
+    return Entry(key, source, recorder.capture_initial_hidden_state, transform_of(recorder))
 
 
 class Collector:
-    """What one capture session has recorded so far: a list per requested key.
-
-    `selections` maps a key to the positions to keep; other positions are recorded as `None`, so no
+    """What one capture session has recorded so far: a list per requested key. `selections` maps a key to the positions to keep; other positions are recorded as `None`, so no
     tensor is retained for them. A kept value goes through its entry's transform, if any; without one
     the list holds the module's own object. `starts` says where the current forward's values begin
     in each list (a trace keeps every forward's values in one list); positions count from there.
@@ -97,6 +97,11 @@ class Collector:
         # (the tied last hidden state) gets the same treatment.
         self.last_transform: dict[str, Transform | None] = {}
         self.silent: set[str] = set()
+
+    def begin_call(self) -> None:
+        """A new call of the module this collector records for starts: positions count from here."""
+        for key, values in self.lists.items():
+            self.starts[key] = len(values)
 
     def _append(self, key: str, values: list[Any], value: Any, transform: Transform | None, path: str) -> None:
         selection = self.selections.get(key) if self.selections else None
@@ -153,13 +158,29 @@ class Collector:
                     self._append(key, values, value, transform, path)
 
 
+# The session of the innermost decorated forward running in this context, and the trace blocks open in it.
+innermost_forward: ContextVar[Any] = ContextVar("yamltrace_innermost_forward", default=None)
+open_blocks: ContextVar[tuple[Any, ...]] = ContextVar("yamltrace_open_blocks", default=())
+
+
+def session_records(session: Any) -> bool:
+    """Whether hooks record into `session` (a `_session.Session`) for the current call: a forward
+    session while it is the innermost decorated forward running in this context, a block session while
+    its block is open in this context (while dynamo traces, which cannot read a `ContextVar`: while it
+    is open, from any thread)."""
+    if not session.block:
+        return innermost_forward.get() is session
+    # is_dynamo_compiling: one call, where is_compiling makes two.
+    return session.open if is_dynamo_compiling() else session in open_blocks.get()
+
+
 class Sessions:
     """The decorated forwards' sessions hooks installed together serve (`_held`: the capturing forwards
     of one model running now, one per thread, replaced as they start and end).
 
     A call records into the one of them that is the innermost decorated forward running in the
-    calling context: the value of `innermost` (`_session.forward_context()`), by the rule
-    `_session.Session.recording` states for a forward session. The listeners test it inline.
+    calling context: the value of `innermost` (`innermost_forward`), by `session_records`' rule for
+    a forward session. The listeners test it inline.
     """
 
     __slots__ = ("sessions", "innermost")
@@ -171,53 +192,47 @@ class Sessions:
 
 class ScopeGate:
     """What the hooks of one `trace` scope record into, and when: `collector`, while the block's
-    `session` records in this context (it is in `blocks`, a `ContextVar` of the open blocks; while
-    dynamo traces, which cannot read one, while it is open) and scope number `number` is the
-    innermost of the block's `scopes` running now (a nested scope shadows its parent).
-
-    The listeners read these fields and check them inline (no call per check but dynamo's test):
-    the rule itself is `_session.Session.scope_gate`'s, which builds the gate.
+    `session` records in this context (`session_records`: it is in `blocks`, the open blocks) and
+    scope number `number` is the innermost of the block's `scopes` running now (a nested scope
+    shadows its parent). The listeners read these fields and test them inline.
     """
 
     __slots__ = ("collector", "session", "scopes", "number", "blocks")
 
-    def __init__(self, collector: Collector, session: Any, scopes: list[int], number: int, blocks: Any) -> None:
-        self.collector, self.session, self.scopes, self.number, self.blocks = collector, session, scopes, number, blocks
+    def __init__(self, collector: Collector, session: Any, scopes: list[int], number: int) -> None:
+        self.collector, self.session, self.scopes, self.number, self.blocks = collector, session, scopes, number, open_blocks
 
 
 def install_hooks(plan: HookPlan, served: Sessions | ScopeGate) -> Interception:
-    """Intercept each planned module's forward, recording into the collector of the session of
-    `served` that records the call (`Sessions`), or into a `ScopeGate`'s while it opens; remove with
-    `.remove()`.
-
-    Interception (`_intercept`) rather than forward hooks: a capture installs its listeners for
-    every capturing forward, and a listener costs less to install and to call than a hook.
-    """
-    transformed = {entry[0] for _, _, entries in plan for entry in entries if entry[3] is not None}
+    """Intercept each planned module's forward, recording into the collector `served` gives the call
+    (module docstring); remove with `.remove()`. Interception (`_intercept`) rather than forward hooks:
+    a capture installs its listeners for every capturing forward, and a listener costs less to
+    install and to call than a hook."""
+    transformed = {entry.key for _, _, entries in plan for entry in entries if entry.transform is not None}
     return intercept([(row[0], _listener(row, served, transformed), row) for row in plan])
 
 
 def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | ScopeGate, transformed: set[str]) -> Any:
-    """The listener of one planned module: a specialised one for the common case (one entry whose key
-    no entry transforms), else the general `Collector.record`. Both fall back to `record` for a
-    collector with selections, and for the error of an index out of range.
+    """The listener of one planned module, by its entries' kinds: a specialised one for one entry
+    that only keeps positions (SELECTED), or that keeps the reference (HIDDEN, OTHER) for a key no
+    entry transforms; else the general `Collector.record`. The specialised ones fall back to `record`
+    for a collector with selections, and for the error of an index out of range.
 
-    Each listener first finds the collector of the call, if any: that of the innermost decorated
-    forward's session when it is one of `served.sessions`, or, for a `ScopeGate`, its collector while
-    it opens (the same tests written out in each listener, so that a call makes no Python call to
-    decide but dynamo's test). One factory per kind, each defining only its own closure: a capture
-    that installs builds one listener per hooked module (≈ 10 k instructions each, about what
-    installing and removing its interceptor costs).
+    Each listener first finds the collector of the call, if any (the gate, written out in each: see
+    the module docstring). One factory per kind, each defining only its own closure: a capture that
+    installs builds one listener per hooked module.
     """
     path, entries = row[1], row[2]
-    if len(entries) == 1 and isinstance(entries[0][1], int) and hasattr(entries[0][3], "copies"):
-        return _selection_listener(path, entries, served)  # a recorder that only keeps positions
-    if len(entries) != 1 or entries[0][0] in transformed or not isinstance(entries[0][1], int):
-        # Several entries, a transform (positions, detach, to, dtype), or an input recorder.
-        return _general_listener(path, entries, served)
-    if entries[0][0] == "hidden_states":
-        return _hidden_states_listener(path, entries, served)
-    return _other_listener(path, entries, served)
+    if len(entries) == 1:
+        kind = entries[0].kind
+        if kind == SELECTED:
+            return _selection_listener(path, entries, served)
+        if kind == HIDDEN and entries[0].key not in transformed:
+            return _hidden_states_listener(path, entries, served)
+        if kind == OTHER and entries[0].key not in transformed:
+            return _other_listener(path, entries, served)
+    # Several entries, a transform (detach, to, dtype), or an input recorder.
+    return _general_listener(path, entries, served)
 
 
 def _general_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:

@@ -70,7 +70,8 @@ def hold_hooks(
     key = (tasks, tuple(keys))
     with _lock:
         held = _held.get(id(root))
-        if held is not None and held.key == key and held.guard.holds(root):
+        # The plan still describes the model, and no instance `forward` set since bypasses a hook.
+        if held is not None and held.key == key and held.guard.holds(root) and held.interception.intact():
             held.sessions = held.sessions + (session,)
             return held
     if held is not None:

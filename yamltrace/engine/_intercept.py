@@ -2,10 +2,10 @@
 
 A capture installs its listeners for each capturing forward and removes them after, so both the cost
 of installing and the cost per call matter. A module carrying forward hooks takes `nn.Module`'s slow
-call path (about 1.3 µs more per call, see docs/performance.md) and registering plus removing one
-hook costs about 2 µs. An interceptor costs about 0.2 µs per call and well under 1 µs to install and
-remove: it is set as the instance's `forward` (an entry of the module's `__dict__`, which
-`nn.Module.__call__` reads as `self.forward`), calls the forward it shadows, then each listener.
+call path, and registering and removing a hook costs more than setting an attribute; an
+interceptor costs less on both counts (figures: docs/performance.md): it is set as the instance's
+`forward` (an entry of the module's `__dict__`, which `nn.Module.__call__` reads as `self.forward`),
+calls the forward it shadows, then each listener.
 
 Listeners see what forward hooks would see: the arguments after forward pre-hooks ran, the output
 before forward hooks ran. A *frame* is a pair of callbacks around the forward and its listeners
@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Iterable
+from itertools import repeat
 from typing import Any
 
 from torch import nn
@@ -110,10 +111,23 @@ class Interception:
     """Listeners and frames installed together on several modules; `remove()` takes them all off
     (idempotent)."""
 
-    __slots__ = ("_installed",)
+    __slots__ = ("_installed", "_dicts", "_forwards")
 
     def __init__(self, installed: list[tuple[nn.Module, _Interceptor, tuple[Any, Any], bool]]) -> None:
         self._installed = installed  # (module, its interceptor, the listener or frame, is a frame)
+        # Each module's `__dict__` and the `forward` it held once installed (for `intact`).
+        self._dicts = [module.__dict__ for module, _, _, _ in installed]
+        self._forwards = list(map(dict.get, self._dicts, repeat(_FORWARD)))
+
+    def intact(self) -> bool:
+        """Whether every intercepted module still calls its interceptor: no `forward` has been set on
+        one of the instances since (which would bypass the interceptor and its listeners), unless it
+        wraps the interceptor (`functools.wraps`: `__wrapped__`) or was removed again."""
+        if list(map(dict.get, self._dicts, repeat(_FORWARD))) == self._forwards:
+            return True  # (the common case: one C-level pass, no Python call per module)
+        return all(
+            _interceptor_of(module.__dict__.get(_FORWARD)) is interceptor for module, interceptor, _, _ in self._installed
+        )
 
     def remove(self) -> None:
         installed, self._installed = self._installed, []

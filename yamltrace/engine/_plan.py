@@ -18,16 +18,17 @@ from torch import nn
 from torch.compiler import is_compiling
 from torch.nn.modules.module import register_module_module_registration_hook
 
-from ._collector import Entry, HookPlan, entry_of
+from ._collector import Entry, HookPlan, HookRow, entry_of
 from ._devices import require_devices
 from ._recorder import OutputRecorder, normalize_output_map
 from ._wrappers import child_path, wrapped_attribute
 
-__all__ = ["HookPlan", "PlanGuard", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
+__all__ = ["CAPTURE_MAP_ATTRIBUTE", "HookPlan", "PlanGuard", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
 
 # What `own_output_map` returns for a module that declares no capture map.
 MISSING = object()
-_ATTRIBUTE = "_can_record_outputs"
+# The attribute a module declares its capture map in (transformers' name).
+CAPTURE_MAP_ATTRIBUTE = "_can_record_outputs"
 _MODULE_GETATTR = nn.Module.__getattr__
 
 
@@ -35,11 +36,11 @@ def own_output_map(module: nn.Module, class_maps: dict[type[nn.Module], Any] | N
     """The capture map a module declares (instance attribute first, then class), or a sentinel if none.
 
     A module that declares one — even `None` or `{}`, as every transformers `PreTrainedModel` does — is a
-    model boundary: the subtree below it follows its own map (REFERENCE rule 6). `class_maps` memoises
+    model boundary: the subtree below it follows its own map (transformers' rule for composite models). `class_maps` memoises
     the class's part by class, for a caller that asks of many modules while no class can change (a
     plan walk: a transformer has a dozen classes for a hundred modules).
     """
-    value = module.__dict__.get(_ATTRIBUTE, MISSING)
+    value = module.__dict__.get(CAPTURE_MAP_ATTRIBUTE, MISSING)
     if value is not MISSING:
         return value
     cls = type(module)
@@ -49,7 +50,7 @@ def own_output_map(module: nn.Module, class_maps: dict[type[nn.Module], Any] | N
         value = class_maps.get(cls, _UNSEEN)
         if value is _UNSEEN:
             value = class_maps[cls] = _class_map(cls)
-    return getattr(module, _ATTRIBUTE, MISSING) if value is _PER_INSTANCE else value
+    return getattr(module, CAPTURE_MAP_ATTRIBUTE, MISSING) if value is _PER_INSTANCE else value
 
 
 # What `_class_map` returns when the map must be read on the instance; a class not looked up yet.
@@ -65,7 +66,7 @@ def _class_map(cls: type[nn.Module]) -> Any:
     Reads the class directly: `nn.Module.__getattr__`, which raises and catches `AttributeError` for
     every module without a map, runs only for those classes.
     """
-    value = getattr(cls, _ATTRIBUTE, MISSING)
+    value = getattr(cls, CAPTURE_MAP_ATTRIBUTE, MISSING)
     if value is MISSING:
         return MISSING if cls.__getattr__ is _MODULE_GETATTR else _PER_INSTANCE
     if type(value) is dict:  # the usual map (`hasattr` below raises and catches for it)
@@ -74,6 +75,7 @@ def _class_map(cls: type[nn.Module]) -> Any:
 
 
 _CHILDREN = operator.attrgetter("_modules")
+_new_row: Callable[[type[HookRow], tuple[Any, ...]], HookRow] = tuple.__new__
 _DEREFERENCE = weakref.ref.__call__
 
 
@@ -111,7 +113,9 @@ class _CachedPlan:
         children = list(map(_CHILDREN, alive))
         if list(map(len, children)) != self.sizes:
             return None
-        return [(alive[i], path, entries) for i, path, entries in self.entries], PlanGuard(self, alive, children)
+        # `tuple.__new__` directly: `HookRow(...)` would run the named tuple's Python `__new__` per row.
+        rows = [_new_row(HookRow, (alive[i], path, entries)) for i, path, entries in self.entries]
+        return rows, PlanGuard(self, alive, children)
 
 
 class PlanGuard:
@@ -122,10 +126,10 @@ class PlanGuard:
     them anyway (`_held`), and to every visited module's `_modules` dict: it checks the generation,
     the root's class, the size of each dict that had children, that the dicts that had none still
     have none, then each module's class. Reading the dicts kept, rather than each module's `_modules`
-    attribute (`nn.Module` defines `__getattr__`, so every attribute read takes the slow path: ~600
-    instructions a module), halves the check; testing the empty ones for truth (`any`, no call per
-    dict) instead of taking their sizes (a `len` call each) saves a third of the rest on a
-    transformer, whose modules are mostly leaves. A container's deletions shrink its dict (`del` of an
+    attribute (`nn.Module` defines `__getattr__`, so every attribute read takes the slow path), is
+    cheaper; so is testing the empty ones for truth (`any`, no call per dict) instead of taking their
+    sizes (a `len` call each) on a transformer, whose modules are mostly leaves (figures:
+    docs/performance.md). A container's deletions shrink its dict (`del` of an
     attribute, `ModuleList.__delitem__` deletes before it rebuilds `_modules`), additions go through
     the registration hook; replacing `_modules` by hand is the direct edit docs/capture.md leaves to
     `invalidate()`.
@@ -287,7 +291,7 @@ def _walk(
             if matches(module, path):
                 entries.append(entry)
         if entries:
-            plan.append((module, path, tuple(entries)))
+            plan.append(_new_row(HookRow, (module, path, tuple(entries))))
 
     visit(root, "", _checks(tasks, wanted))
     return plan, visited, children_of

@@ -1,4 +1,5 @@
-"""Input capture and token-position selection: what a recorder takes besides an output element.
+"""Input capture, token-position selection and the transform of a captured value: what a recorder
+takes besides an output element, and what it does to it (`transform_of`).
 
 `InputSource` says which argument of a module's forward a recorder records (`OutputRecorder.input`);
 `positions_selector` builds the function that keeps only some token positions of a captured tensor
@@ -10,13 +11,19 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .._recorder_fields import slice_problem
 
-__all__ = ["InputSource", "PositionError", "normalize_input", "normalize_positions", "positions_selector"]
+if TYPE_CHECKING:
+    from ._recorder import OutputRecorder
+
+__all__ = ["InputSource", "PositionError", "Transform", "normalize_input", "normalize_positions", "positions_selector", "transform_of"]
+
+# What a recorder's `positions` / `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
+Transform = Callable[[Any], Any]
 
 
 class PositionError(ValueError):
@@ -270,3 +277,36 @@ def _parameter_position(target_class: type | tuple[type, ...] | None, name: str)
     if positional and positional[0] == "self":
         positional = positional[1:]
     return positional.index(name) if name in positional else None
+
+
+def transform_of(recorder: OutputRecorder) -> Transform | None:
+    """What `recorder` does to a captured tensor (detach, keep positions, then move/cast); None when
+    it keeps the reference."""
+    detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
+    convert = device is not None or dtype is not None
+    if recorder.positions is None:
+        if not detach and not convert:
+            return None
+        select = None
+    else:
+        # The selection copies, unless `to`/`dtype` follow (they copy; a view is then enough).
+        select = positions_selector(recorder.positions, recorder.seq_dim, copy=not convert)
+        if not detach and not convert:
+            return select  # passes non-tensors through: one call per captured value
+    # A selection that may be a view must be copied when `to` does not copy.
+    must_copy = select is not None and not select.copies  # type: ignore[attr-defined]
+
+    def transform(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if detach:
+            value = value.detach()
+        if select is not None:
+            value = select(value)
+        if convert:
+            moved = value.to(device=device, dtype=dtype)
+            if moved is not value:
+                return moved
+        return value.clone() if must_copy else value
+
+    return transform

@@ -90,7 +90,7 @@ def plain_owners(model: nn.Module, scopes: Sequence[str], keys: Iterable[str]) -
         for _, path, entries in plan_hooks(model, normalized_tasks(own), nested_maps=False):
             holders = {scope for scope in scopes if is_under(path[1:], scope)}
             for entry in entries:
-                found.setdefault(entry[0], set()).update(holders)
+                found.setdefault(entry.key, set()).update(holders)
     language = [scope for scope in scopes if scope.rpartition(".")[2] == "language_model"]
     owners = {}
     for key in keys:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._recorder import OutputRecorder
 
-__all__ = ["requested_positions", "resolve_positions", "resolve_selections"]
+__all__ = ["position_counter", "requested_positions", "resolve_positions", "resolve_selections"]
 
 
 def requested_positions(flag: Any) -> list[int] | None:
@@ -65,3 +65,19 @@ def resolve_positions(selected: Iterable[int], total: int | None, what: str) -> 
             )
         return frozenset(selected)
     return frozenset(i % total for i in selected if -total <= i < total)
+
+
+def position_counter(config: Any, hooked: Mapping[str, int] | None = None) -> Callable[[str, OutputRecorder], int | None]:
+    """How many positions a key has, for its negative indices: the config's layer count (the recorder's
+    `num_hidden_layers_key`), else the number of modules hooked for the key when `hooked` says it,
+    else None (unknown); one more for `hidden_states` with its initial state."""
+
+    def count(key: str, recorder: OutputRecorder) -> int | None:
+        layers: int | None = getattr(config, recorder.num_hidden_layers_key, None)
+        if layers is None:
+            if hooked is None:
+                return None
+            layers = hooked.get(key, 0)
+        return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)
+
+    return count

@@ -10,7 +10,6 @@ so threads (and asyncio tasks) never see each other's captures. torch.compile ca
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar, Token
 from typing import Any, cast
@@ -18,7 +17,7 @@ from typing import Any, cast
 from torch import nn
 from torch.compiler import is_dynamo_compiling
 
-from ._collector import Collector, ScopeGate, Transform
+from ._collector import Collector, ScopeGate, Transform, innermost_forward, open_blocks, session_records
 
 __all__ = [
     "FLAG_ALIASES",
@@ -32,7 +31,6 @@ __all__ = [
     "decorator_tie_last",
     "tie_last_enabled",
     "tie_last_hidden_state",
-    "uncompiled",
 ]
 
 # Keys switched on by another key's flag (transformers' backward-compatible aliases).
@@ -58,42 +56,51 @@ class Session:
         self.open = True
         self.scopes: list[int] = []
 
-    def recording(self) -> bool:
-        """Whether hooks record into this session for the current call (see the module docstring)."""
-        if not self.block:
-            return _innermost_forward.get() is self
-        # Dynamo cannot read a ContextVar (is_dynamo_compiling: one call, where is_compiling makes two).
-        return self.open if is_dynamo_compiling() else self in _open_blocks.get()
+    # Whether hooks record into this session for the current call (the module docstring; the rule
+    # lives beside the listeners that test it inline: `_collector.session_records`).
+    recording = session_records
 
     def scope_gate(self, scope: int, collector: Collector) -> ScopeGate:
         """What hooks of scope number `scope` record into, and when: `collector`, while this block
         records and that scope is the innermost of its scopes running (`_collector.ScopeGate`)."""
-        return ScopeGate(collector, self, self.scopes, scope, _open_blocks)
+        return ScopeGate(collector, self, self.scopes, scope)
+
+    def push_scope(self, scope: int) -> None:
+        """A call of scope number `scope` starts: it is the innermost running until `pop_scope`."""
+        self.scopes.append(scope)
+
+    def pop_scope(self) -> None:
+        """The innermost running scope's call ends (nothing when none runs: a step cut it off)."""
+        if self.scopes:
+            self.scopes.pop()
+
+    def clear_scopes(self) -> None:
+        """No scope runs any more (a step ended, or was cut off by an exception)."""
+        del self.scopes[:]
 
     def enter(self) -> Token[Any]:
         """Start recording in this context; pass the token to `exit`."""
         if self.block:
-            return _open_blocks.set(_open_blocks.get() + (self,))
-        return _innermost_forward.set(self)
+            return open_blocks.set(open_blocks.get() + (self,))
+        return innermost_forward.set(self)
 
     def exit(self, token: Token[Any]) -> None:
         """Stop recording: restore what was active in this context before `enter`."""
         if self.block:
-            self.open = False
-            _open_blocks.reset(token)
+            self.close()
+            open_blocks.reset(token)
         else:
-            _innermost_forward.reset(token)
+            innermost_forward.reset(token)
+
+    def close(self) -> None:
+        """A block session's block has ended: it records nothing more, in any context."""
+        self.open = False
 
 
-# The session of the innermost decorated forward running in this context, and the trace blocks open in it.
-_innermost_forward: ContextVar[Session | None] = ContextVar("yamltrace_innermost_forward", default=None)
-_open_blocks: ContextVar[tuple[Session, ...]] = ContextVar("yamltrace_open_blocks", default=())
-
-
-def forward_context() -> ContextVar[Session | None]:
+def forward_context() -> ContextVar[Any]:
     """The context variable a forward session records by: it records while it is the value
     (`Session.recording`). Hooks serving forward sessions (`_collector.Sessions`) test it inline."""
-    return _innermost_forward
+    return innermost_forward
 
 
 def active_sessions() -> tuple[Session, ...]:
@@ -101,8 +108,8 @@ def active_sessions() -> tuple[Session, ...]:
 
     For diagnostics and tests: after every capture has ended (also by an exception) it is empty.
     """
-    forward = _innermost_forward.get()
-    return ((forward,) if forward is not None and forward is not NO_CAPTURE else ()) + _open_blocks.get()
+    forward = innermost_forward.get()
+    return ((forward,) if forward is not None and forward is not NO_CAPTURE else ()) + open_blocks.get()
 
 
 # Entered by a decorated forward that captures nothing: it shadows an outer forward's session, so
@@ -114,8 +121,8 @@ def config_attribute(config: Any, name: str, default: Any) -> Any:
     """`getattr(config, name, default)`; on transformers' configs, without their Python `__getattribute__`.
 
     Capture reads a few config attributes on every forward. transformers' `PreTrainedConfig`
-    renames through `attribute_map`, then does `object`'s lookup, in Python: ~13 k instructions a
-    read, ~19 k for a missing name (raised through its frame). For a config class whose lookup is
+    renames through `attribute_map`, then does `object`'s lookup, in Python (costly, a missing name
+    most: it raises through its frame; docs/performance.md). For a config class whose lookup is
     exactly that (`plain_config_lookup`), the same lookup is done by `object.__getattribute__`;
     while dynamo traces (it cannot trace that call), and for any other class, by `getattr`.
     """
@@ -220,15 +227,3 @@ def decorator_tie_last(model: nn.Module | type[nn.Module]) -> bool | None:
             return bool(cell.cell_contents)
         func = getattr(func, "__wrapped__", None)
     return None
-
-
-def uncompiled(model: nn.Module) -> nn.Module:
-    """The module `torch.compile` wrapped, for `model` as `torch.compile` returned it; else `model`.
-
-    Dynamo is looked up in `sys.modules` only: if it was never imported, nothing is compiled.
-    """
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
-        original: nn.Module = model._orig_mod
-        return original
-    return model

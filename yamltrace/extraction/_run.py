@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..engine import attached_spec
 from ..spec import Spec, load_spec, spec_from_model
 from ..tracing import trace
 from ._index import INDEX_FILE, ExtractError, build_index, dtype_code, fingerprint, tensor_name, write_json_atomically
@@ -37,7 +38,7 @@ def _spec_text(model: nn.Module, spec: Any) -> str:
     """The spec as YAML for the index (`repr` when it names a class no YAML can import)."""
     resolved: Spec
     if spec is None:
-        resolved = getattr(model, "yamltrace_spec", None) or spec_from_model(model)
+        resolved = attached_spec(model) or spec_from_model(model)
     else:
         resolved = spec if isinstance(spec, Spec) else Spec(outputs=spec)
     try:

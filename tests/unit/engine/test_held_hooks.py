@@ -12,7 +12,8 @@ from torch import nn
 
 from helpers import assert_same, hook_count
 from yamltrace.capture import capture_outputs
-from yamltrace.engine import OutputRecorder, held_hooks, normalized_tasks, plan_hooks, release_hooks
+from yamltrace.engine import OutputRecorder, normalized_tasks, plan_hooks, release_hooks
+from yamltrace.engine._held import held_hooks
 from yamltrace.modeling import BaseModelOutput, Config, PreTrainedModel
 
 DIM = 4
@@ -104,6 +105,41 @@ def test_other_flags_replace_the_held_hooks(model, x) -> None:
     assert out.hidden_states is None
     assert_same(out.attentions, expected(model, x)[1])
     assert sum("forward" in m.__dict__ for m in model.modules()) == 3  # the attention layers only
+
+
+@pytest.mark.parametrize("how", ["class forward", "wrapper", "functools.wraps over the held forward"])
+def test_an_instance_forward_set_between_capturing_forwards_is_followed(model, x, how) -> None:
+    """A `forward` set on a hooked instance while hooks are held would bypass its listener: the next
+    capturing forward installs over it, so that layer is still recorded (and still called through
+    the new forward)."""
+    import functools
+    import types
+
+    model(x, **FLAGS)
+    layer = model.layers[1]
+    calls: list[int] = []
+    if how == "class forward":
+        layer.forward = types.MethodType(Block.forward, layer)
+    else:
+        inner = layer.forward if how.startswith("functools") else types.MethodType(Block.forward, layer)
+
+        @functools.wraps(inner)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            return inner(*args, **kwargs)
+
+        if not how.startswith("functools"):
+            del counted.__wrapped__  # a plain wrapper, not over the held forward
+        layer.forward = counted
+    own = layer.__dict__["forward"]
+    out = model(x, **FLAGS)
+    states, attentions = expected(model, x)
+    assert len(out.hidden_states) == 4 and len(out.attentions) == 3
+    assert_same(out.hidden_states, states)
+    assert_same(out.attentions, attentions)
+    assert calls == ([] if how == "class forward" else [1, 1])  # the forward and `expected`
+    model(x)
+    assert layer.__dict__["forward"] is own and hook_count(model) == 1  # the user's own forward, only
 
 
 @pytest.mark.parametrize("change", ["replace", "delete", "append", "class"])

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from yamltrace.engine import intercept
+from yamltrace.engine._intercept import intercept
 
 
 class Scale(nn.Module):

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import yamltrace.engine as engine
+from yamltrace.engine._plan import cache_info
 from yamltrace.patch import patch_model, patch_output_recorders
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
 from yamltrace.tracing import trace
@@ -45,8 +46,8 @@ def ids() -> torch.Tensor:
 @pytest.fixture
 def walks() -> Callable[[], int]:
     """How many times `plan_hooks` walked a model (rather than took its plan from the cache) since the test began."""
-    start = engine.cache_info().misses
-    return lambda: engine.cache_info().misses - start
+    start = cache_info().misses
+    return lambda: cache_info().misses - start
 
 
 def hidden_count(model: TinyModel, ids: torch.Tensor) -> int:
@@ -173,7 +174,7 @@ def test_the_cache_does_not_keep_a_model_alive(ids) -> None:
     with trace(model) as captures:
         model(ids)
     assert captures["hidden_states"]
-    assert engine.cache_info().models >= 1
+    assert cache_info().models >= 1
     ref = weakref.ref(model)
     del model, captures
     gc.collect()

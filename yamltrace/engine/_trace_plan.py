@@ -1,0 +1,145 @@
+"""The plan of a `trace` block: what it hooks, records and ties, decided before anything is installed.
+
+`plan_trace` reads the model and the block's resolved scopes (`Scope`: from a spec, or from the
+model's decorated forwards) and changes nothing: no hook, no collector, no recording state, which
+are the run's (`_trace_run`). So a plan can be checked without a forward, and a later block on the
+same model and spec could reuse it while the model is unchanged (`_plan.PlanGuard` tells). Plans
+follow transformers' scopes (`_scopes`): the outermost scopes that record are *exposed*, their keys
+named by `exposed_names`; nested scopes only shadow them; hidden states tie at each scope's tie points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from torch import nn
+
+from ..errors import did_you_mean
+from ._collector import HookRow
+from ._plan import plan_hooks
+from ._recorder import OutputRecorder
+from ._scopes import decorated_paths, exposed_names, is_under, outermost, plain_owners, tie_points
+from ._selection import position_counter, resolve_selections
+from ._session import decorator_tie_last, tie_last_enabled
+
+__all__ = ["Scope", "ScopePlan", "Tie", "TraceOutput", "TracePlan", "plan_trace"]
+
+
+class Scope(NamedTuple):
+    """One capture scope of a trace, as resolved: its number (its position among the block's scopes),
+    dotted path ("" for the root), module, tasks (key, recorder), whether nested models follow their
+    own maps, and its options (`tie_last_hidden_states`)."""
+
+    number: int
+    path: str
+    module: nn.Module
+    tasks: tuple[tuple[str, OutputRecorder], ...]
+    nested_maps: bool
+    options: Mapping[str, Any]
+
+
+class Tie(NamedTuple):
+    """A module at whose exit a scope ties its last hidden state, and whether it ties (tie-last rule)."""
+
+    module: nn.Module
+    enabled: bool
+
+
+class ScopePlan(NamedTuple):
+    """What one scope does in a block. Every scope marks its calls (it shadows its parent); an exposed
+    one also records `keys` through `hooks` (paths from the traced model) into its own collector,
+    keeping `selections`, and ties its hidden states at `ties`."""
+
+    number: int
+    path: str
+    module: nn.Module
+    exposed: bool
+    keys: tuple[str, ...]
+    hooks: tuple[HookRow, ...]
+    selections: Mapping[str, frozenset[int]]
+    ties: tuple[Tie, ...]
+
+
+class TraceOutput(NamedTuple):
+    """One key the block yields: its name, and the scope (number) and key it is recorded under."""
+
+    name: str
+    scope: int
+    key: str
+
+
+class TracePlan(NamedTuple):
+    """A block's plan: its scopes (in the order resolved), the outputs it yields (in the order asked),
+    and the name of every exposed (scope path, key), asked for or not."""
+
+    scopes: tuple[ScopePlan, ...]
+    outputs: tuple[TraceOutput, ...]
+    names: Mapping[tuple[str, str], str]
+
+
+def plan_trace(model: nn.Module, scopes: Sequence[Scope], outputs: str | Iterable[str] | None) -> TracePlan:
+    """The plan of a block recording `scopes` of `model`, limited to the keys `outputs` names (all by
+    default); KeyError, listing the known keys, for a name the scopes do not expose."""
+    paths = [s.path for s in scopes]
+    top = outermost([s.path for s in scopes if s.tasks])
+    rows = {s.path: _scope_rows(s, [p for p in paths if p != s.path and is_under(p, s.path)]) for s in scopes if s.path in top}
+    hooked = {path: {entry.key for row in found for entry in row.entries} for path, found in rows.items()}
+    keys_of = {s.path: list(dict.fromkeys(k for k, _ in s.tasks)) for s in scopes if s.path in rows}
+    shared = [key for key in dict.fromkeys(k for ks in hooked.values() for k in ks) if sum(key in ks for ks in hooked.values()) > 1]
+    names = exposed_names(keys_of, hooked, plain_owners(model, list(hooked), shared) if shared else None)
+    wanted = _wanted(names, outputs)
+    decorated = decorated_paths(model)
+    planned = []
+    for scope in scopes:
+        if scope.path not in rows:
+            planned.append(ScopePlan(scope.number, scope.path, scope.module, False, (), (), {}, ()))
+            continue
+        keys = tuple(key for key in keys_of[scope.path] if names.get((scope.path, key)) in wanted)
+        ties = _ties(model, scope, decorated, paths) if "hidden_states" in keys else ()
+        planned.append(_exposed(scope, rows[scope.path], keys, ties))
+    by_name = {names[(s.path, key)]: TraceOutput(names[(s.path, key)], s.number, key) for s in planned for key in s.keys}
+    return TracePlan(tuple(planned), tuple(by_name[name] for name in wanted), names)
+
+
+def _scope_rows(scope: Scope, nested: list[str]) -> list[HookRow]:
+    """The hooks of an exposed scope (none inside a nested scope), with paths from the traced model."""
+    rows = []
+    for module, path, entries in plan_hooks(scope.module, scope.tasks, nested_maps=scope.nested_maps):
+        full = f"{scope.path}{path}" if scope.path else path[1:]
+        if not any(is_under(full, n) for n in nested):
+            rows.append(HookRow(module, f".{full}" if full else "", entries))
+    return rows
+
+
+def _wanted(names: Mapping[tuple[str, str], str], outputs: str | Iterable[str] | None) -> tuple[str, ...]:
+    """The names a block yields: every exposed name, or those `outputs` asks for (KeyError for others)."""
+    known = tuple(names.values())
+    wanted = known if outputs is None else tuple(dict.fromkeys([outputs] if isinstance(outputs, str) else outputs))
+    for name in wanted:
+        if name not in known:
+            raise KeyError(f"trace: output {name!r} is not in the spec (keys: {list(known)}){did_you_mean(name, known)}")
+    return wanted
+
+
+def _exposed(scope: Scope, rows: list[HookRow], keys: tuple[str, ...], ties: tuple[Tie, ...]) -> ScopePlan:
+    """An exposed scope's plan: its hooks kept for `keys` only, and the layers each key keeps (negative
+    `layers` count from the config's layer count, else from the modules hooked for the key)."""
+    kept = []
+    for row in rows:
+        entries = tuple(entry for entry in row.entries if entry.key in keys)
+        if entries:
+            kept.append(HookRow(row.module, row.path, entries))
+    hooked = {key: sum(1 for row in kept if any(entry.key == key for entry in row.entries)) for key in keys}
+    counter = position_counter(getattr(scope.module, "config", None), hooked)
+    selections = resolve_selections(scope.tasks, keys, None, counter)
+    return ScopePlan(scope.number, scope.path, scope.module, True, keys, tuple(kept), selections, ties)
+
+
+def _ties(model: nn.Module, scope: Scope, decorated: list[str], paths: list[str]) -> tuple[Tie, ...]:
+    """Where a scope recording hidden states ties the last one, each with its own tie-last setting."""
+    ties = []
+    for point in tie_points(scope.path, decorated, paths):
+        module = model.get_submodule(point)
+        ties.append(Tie(module, tie_last_enabled(getattr(module, "config", None), scope.options, decorator_tie_last(module))))
+    return tuple(ties)

@@ -1,0 +1,166 @@
+"""The run of a `trace` block: the recording state of one block, built from its plan (`_trace_plan`).
+
+A `TraceRun` owns a block session, one collector per exposed scope and the block's steps (one per
+finished call of the traced module). The modules of the plan play *roles* around each call, as
+frames (`_intercept`): the traced module delimits steps, each scope's module marks the scope
+running (`Session.push_scope`) and starts the scope's call (`Collector.begin_call`), each tie point
+ties the last hidden state at its exit. The roles are the run's methods; each changes the session
+and collectors through their own methods only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from torch import nn
+
+from ._collector import Collector, install_hooks
+from ._intercept import Interception, intercept
+from ._session import Session, tie_last_hidden_state
+from ._trace_plan import TracePlan
+
+__all__ = ["TraceRun"]
+
+Entered = Callable[[], None]
+Exited = Callable[[Any, bool], None]
+
+
+class TraceRun:
+    """What one `trace` block records: `lists[name]` (values) and `paths[name]` (the module path of
+    each) for each output of the plan, and `ends`, where each finished step ends in them.
+
+    Steps are kept in place (no new containers inside the hooks, which torch.compile may trace): a
+    finished step moves the step starts to the lists' ends; an unfinished one is cut off.
+    """
+
+    def __init__(self, plan: TracePlan) -> None:
+        self.plan = plan
+        self.session = Session(Collector(()), block=True)
+        self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
+        self.lists = {o.name: self.collectors[o.scope].lists[o.key] for o in plan.outputs}
+        self.paths = {o.name: self.collectors[o.scope].paths[o.key] for o in plan.outputs}
+        self.ends: list[tuple[int, ...]] = []
+        self._step_starts = dict.fromkeys(self.lists, 0)
+        self._ties: list[int] = []
+        self._depth = 0
+
+    def start(self, stack: contextlib.ExitStack, outer: nn.Module) -> None:
+        """Install the plan's hooks and frames (`outer`: the module whose calls are steps) and start
+        recording in this context; closing `stack` stops recording, then removes them all."""
+        handles: list[Interception] = []
+        stack.callback(_remove, handles)
+        stack.callback(self.session.close)
+        for scope in self.plan.scopes:
+            if scope.exposed and scope.hooks:
+                gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
+                handles.append(install_hooks(list(scope.hooks), gate))
+        handles.append(intercept([], self._frames(outer)))
+        stack.callback(self.session.exit, self.session.enter())
+
+    def _frames(self, outer: nn.Module) -> list[tuple[nn.Module, Callable[[], bool], Callable[[bool, Any, bool], None]]]:
+        """One frame per module with roles: entries in the order added, exits in reverse."""
+        roles: dict[int, tuple[nn.Module, list[Entered], list[Exited]]] = {}
+
+        def add(module: nn.Module, entered: Entered, exited: Exited) -> None:
+            _, entries, exits = roles.setdefault(id(module), (module, [], []))
+            entries.append(entered)
+            exits.insert(0, exited)
+
+        add(outer, self.enter_step, self.exit_step)
+        for scope in self.plan.scopes:
+            collector = self.collectors.get(scope.number)
+            add(scope.module, partial(self.enter_scope, scope.number, collector), self.exit_scope)
+            if collector is not None and "hidden_states" in collector.lists:
+                values = collector.lists["hidden_states"]
+                for tie in scope.ties:
+                    add(tie.module, partial(self.enter_tie, values), partial(self.exit_tie, values, collector, tie.enabled))
+        return [(module, *_frame(self.session.recording, entries, exits)) for module, entries, exits in roles.values()]
+
+    def enter_step(self) -> None:
+        """A call of the traced module starts (the outermost one starts a step)."""
+        if self._depth == 0:
+            self._discard_unfinished()
+        self._depth += 1
+
+    def exit_step(self, output: Any, finished: bool) -> None:
+        """A call of the traced module ends; the outermost one, if it did not raise, ends its step."""
+        if self._depth == 0:
+            return
+        if finished and self._depth == 1:
+            self.ends.append(tuple(map(len, self.lists.values())))
+            for name, values in self.lists.items():
+                self._step_starts[name] = len(values)
+        self._depth -= 1
+        if self._depth == 0:
+            self._discard_unfinished()
+
+    def _discard_unfinished(self) -> None:
+        for name, values in self.lists.items():
+            start = self._step_starts[name]
+            if len(values) > start:  # (the common case, a finished step, has nothing to cut)
+                del values[start:]
+                del self.paths[name][start:]
+        self.session.clear_scopes()
+        del self._ties[:]
+
+    def enter_scope(self, number: int, collector: Collector | None) -> None:
+        """A call of scope `number` starts: it shadows its parent; its positions count from here."""
+        self.session.push_scope(number)
+        if collector is not None:
+            collector.begin_call()
+
+    def exit_scope(self, output: Any, finished: bool) -> None:
+        """A call of the innermost running scope ends."""
+        self.session.pop_scope()
+
+    def enter_tie(self, values: list[Any]) -> None:
+        """A call of a tie point starts: what it records follows the hidden states recorded so far."""
+        self._ties.append(len(values))
+
+    def exit_tie(self, values: list[Any], collector: Collector, enabled: bool, output: Any, finished: bool) -> None:
+        """A call of a tie point ends: its last recorded hidden state becomes its output's final one."""
+        if self._ties:
+            mark = self._ties.pop()
+            if enabled and output is not None and len(values) > mark:
+                tie_last_hidden_state(values, output, collector.last_transform.get("hidden_states"))
+
+    def silent_outputs(self) -> dict[str, list[Any]]:
+        """The outputs whose modules ran and gave None where they read (`Collector.silent`), so the
+        block can say why they are empty; `hidden_states` and keys with a layer selection (which hold
+        None for unselected layers on purpose) left out."""
+        names = {(o.scope, o.key): o.name for o in self.plan.outputs}
+        silent = {}
+        for scope in self.plan.scopes:
+            collector = self.collectors.get(scope.number)
+            for key in scope.keys:
+                if collector is None or key == "hidden_states" or key in collector.selections:
+                    continue
+                if any(row.path in collector.silent for row in scope.hooks if any(e.key == key for e in row.entries)):
+                    silent[names[(scope.number, key)]] = self.lists[names[(scope.number, key)]]
+        return silent
+
+
+def _remove(handles: list[Interception]) -> None:
+    for handle in handles:
+        handle.remove()
+
+
+def _frame(is_active: Callable[[], bool], entries: list[Entered], exits: list[Exited]) -> tuple[Callable[[], bool], Callable[[bool, Any, bool], None]]:
+    """One module's frame (`_intercept`): its roles' entries and exits, for calls made while the block records."""
+
+    def enter() -> bool:
+        active = is_active()
+        if active:
+            for entered in entries:
+                entered()
+        return active
+
+    def exit(active: bool, output: Any, finished: bool) -> None:
+        if active:
+            for exited in exits:
+                exited(output, finished)
+
+    return enter, exit
