@@ -10,7 +10,7 @@ PINS := constraints.txt constraints/common.txt
 # and its own .venv-<v>. Adding a release is one version here and one constraints file (CONTRIBUTING.md).
 COMPAT_VERSIONS := 5.23.0 5.24.0
 
-.PHONY: demo test bench bench-icount fidelity compat clean
+.PHONY: demo test bench bench-icount fidelity compat print-compat-versions clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,9 @@ fidelity: $(VENV)/.fidelity
 
 compat-%: .venv-%/.test
 	HF_HUB_OFFLINE=1 .venv-$*/bin/python -m pytest tests/oracle -q -p no:cacheprovider
+
+print-compat-versions:
+	@echo $(COMPAT_VERSIONS)
 
 compat:
 	@failed=""; for v in $(COMPAT_VERSIONS); do $(MAKE) --no-print-directory compat-$$v || failed="$$failed $$v"; done; \
