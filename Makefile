@@ -59,7 +59,8 @@ compat:
 	@failed=""; for v in $(COMPAT_VERSIONS); do $(MAKE) --no-print-directory compat-$$v || failed="$$failed $$v"; done; \
 	if [ -n "$$failed" ]; then echo "make compat: oracle tests failed under transformers$$failed"; exit 1; fi
 
-# The full architecture sweep under one matrix version, e.g. `make fidelity-5.24.0 OUT=/tmp/f.md`.
+# The full architecture sweep under one matrix version (its section of docs/fidelity.md, or OUT=PATH).
+OUT ?= docs/fidelity.md
 fidelity-%: .venv-%/.test
 	.venv-$*/bin/$(PIP_INSTALL) -c constraints/transformers-$*.txt -e ".[torch,test,fidelity]"
 	HF_HUB_OFFLINE=1 PYTHONPATH=tests .venv-$*/bin/python -m oracle.sweep --jobs 2 --out $(OUT)
