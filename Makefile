@@ -2,20 +2,26 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
+PIP_INSTALL := python -m pip install --quiet --disable-pip-version-check
+PIP := $(BIN)/$(PIP_INSTALL) -c constraints.txt
+PINS := constraints.txt constraints/common.txt
 
-.PHONY: demo test bench bench-icount fidelity clean
+# The transformers versions of the test matrix, oldest first: each has constraints/transformers-<v>.txt
+# and its own .venv-<v>. Adding a release is one version here and one constraints file (CONTRIBUTING.md).
+COMPAT_VERSIONS := 5.23.0 5.24.0
+
+.PHONY: demo test bench bench-icount fidelity compat print-compat-versions clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # The demo needs the `torch` extra (torch + safetensors, pinned to the CPU build by constraints.txt);
 # a bare `pip install yamltrace` is the light core (PyYAML + jsonschema) for validating specs.
-$(VENV)/.runtime: pyproject.toml constraints.txt | $(BIN)/python
+$(VENV)/.runtime: pyproject.toml $(PINS) | $(BIN)/python
 	$(PIP) -e ".[torch]"
 	touch $@
 
-$(VENV)/.test: pyproject.toml constraints.txt $(VENV)/.runtime
+$(VENV)/.test: pyproject.toml $(PINS) $(VENV)/.runtime
 	$(PIP) -e ".[torch,test]"
 	touch $@
 
@@ -29,16 +35,39 @@ bench: $(VENV)/.test
 	$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider
 
 # The architecture sweep over every transformers class that records outputs (~7-10 min on 2 cores).
-$(VENV)/.fidelity: pyproject.toml constraints.txt $(VENV)/.test
+$(VENV)/.fidelity: pyproject.toml $(PINS) $(VENV)/.test
 	$(PIP) -e ".[torch,test,fidelity]"
 	touch $@
 
 fidelity: $(VENV)/.fidelity
 	HF_HUB_OFFLINE=1 PYTHONPATH=tests $(BIN)/python -m oracle.sweep --jobs 2 --out docs/fidelity.md
 
+# The oracle tests (tests/oracle, the popular-family sweep subset included) on every matrix version;
+# `make compat-5.24.0` runs one. Each version's failures are reported; the target fails if any did.
+.venv-%/.test: pyproject.toml constraints/common.txt constraints/transformers-%.txt
+	test -x .venv-$*/bin/python || $(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/$(PIP_INSTALL) -c constraints/transformers-$*.txt -e ".[torch,test]"
+	touch $@
+
+compat-%: .venv-%/.test
+	HF_HUB_OFFLINE=1 .venv-$*/bin/python -m pytest tests/oracle -q -p no:cacheprovider
+
+print-compat-versions:
+	@echo $(COMPAT_VERSIONS)
+
+compat:
+	@failed=""; for v in $(COMPAT_VERSIONS); do $(MAKE) --no-print-directory compat-$$v || failed="$$failed $$v"; done; \
+	if [ -n "$$failed" ]; then echo "make compat: oracle tests failed under transformers$$failed"; exit 1; fi
+
+# The full architecture sweep under one matrix version (its section of docs/fidelity.md, or OUT=PATH).
+OUT ?= docs/fidelity.md
+fidelity-%: .venv-%/.test
+	.venv-$*/bin/$(PIP_INSTALL) -c constraints/transformers-$*.txt -e ".[torch,test,fidelity]"
+	HF_HUB_OFFLINE=1 PYTHONPATH=tests .venv-$*/bin/python -m oracle.sweep --jobs 2 --out $(OUT)
+
 # Instructions per forward under callgrind (docs/performance.md); skipped with a message without valgrind.
 bench-icount: $(VENV)/.test
 	$(BIN)/python tests/benchmarks/icount.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) .venv-* build dist *.egg-info

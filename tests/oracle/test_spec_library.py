@@ -10,6 +10,7 @@ spec file without an entry in `FAMILIES` fails `test_every_shipped_spec_is_verif
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,10 +178,28 @@ def test_every_shipped_spec_is_verified() -> None:
     assert len(FAMILIES) >= 20
 
 
+def verified_versions(header: str) -> list[str]:
+    """The transformers versions a spec header says the spec was verified with."""
+    found = re.search(r"Verified with: transformers ([0-9][0-9., ]*[0-9])", header)
+    return [v.strip() for v in found.group(1).split(",")] if found else []
+
+
+def test_verified_versions_are_read_from_the_header() -> None:
+    header = "yamltrace spec library: x Verified with: transformers 5.23.0, 5.24.0 (tests/oracle/test_spec_library.py)"
+    assert verified_versions(header) == ["5.23.0", "5.24.0"]
+    assert verified_versions("Verified with: transformers 5.23.0 (tests)") == ["5.23.0"]
+    assert verified_versions("no such line") == []
+
+
 @pytest.mark.parametrize("name", yamltrace.specs.list())
 def test_header_names_the_verified_version_and_classes(name: str) -> None:
     header = yamltrace.specs.header(name)
-    assert f"Verified with: transformers {tf.__version__}" in header
+    versions = verified_versions(header)
+    assert tf.__version__ in versions, (
+        f"yamltrace/specs/{name}.yaml was verified with transformers {', '.join(versions) or '(none named)'}, "
+        f"not the installed {tf.__version__}: run this file under {tf.__version__} and, once it passes, add the "
+        f"version to the header's 'Verified with:' line (CONTRIBUTING.md, adding a transformers release)"
+    )
     family = FAMILIES[name]
     for cls in {family.base, family.head}:
         assert cls.__name__ in header
@@ -283,3 +302,53 @@ def test_residual_identities(name: str, which: str) -> None:
         if identity in ("post", "post-mlp") and mlp is not None:
             layer = captures.paths("hidden_states")[i + 1]
             close(h[i + 1], module.get_submodule(layer + ".final_layer_norm")(mid[i] + mlp[i]), f"hidden_states[{i + 1}] (post-norm)")
+
+
+# Each spec on every class its header applies it to, built from that class's default configuration
+# shrunk to tiny sizes (the sweep's `tiny_config`) and fed the sweep's inputs, traced strictly: a
+# recorder of modules that only some configurations have (GPT-2's cross-attention) must be optional.
+TOWERS = {"text": "text_model", "vision": "vision_model"}
+
+
+def applies_to(name: str) -> list[str]:
+    """The transformers model classes a shipped spec's header says it applies to (composites named
+    "(for CLIPModel, trace model.text_model)" included; parts such as `T5Stack` left out)."""
+    found = re.search(r"Applies to: (.*?)\.(?: [A-Z]|$)", yamltrace.specs.header(name))
+    assert found, f"yamltrace/specs/{name}.yaml: no 'Applies to:' line in its header"
+    names = re.findall(r"\b[A-Z][A-Za-z0-9]+\b", found.group(1))
+    classes = [n for n in names if isinstance(getattr(tf, n, None), type) and issubclass(getattr(tf, n), tf.PreTrainedModel)]
+    return [n for n in dict.fromkeys(classes) if not re.search(rf"\b{n} as\b", found.group(1))]
+
+
+def traced_module(name: str, model: nn.Module) -> nn.Module:
+    """What the spec is traced on: the family's part (encoder, decoder), a composite's tower, or the model."""
+    family = FAMILIES[name]
+    if family.part:
+        return getattr(model, f"get_{family.part}")()
+    tower = TOWERS.get(name.rpartition("_")[2])
+    return getattr(model, tower) if tower and type(model).__name__ in ("CLIPModel", "SiglipModel") else model
+
+
+DEFAULT_CASES = [(name, cls) for name in yamltrace.specs.list() for cls in applies_to(name)]
+
+
+def test_every_header_names_the_classes_it_applies_to() -> None:
+    assert {name for name, _ in DEFAULT_CASES} == set(yamltrace.specs.list())
+    assert ("gpt2", "GPT2LMHeadModel") in DEFAULT_CASES and ("clip_text", "CLIPModel") in DEFAULT_CASES
+    assert ("bart_decoder", "BartDecoder") not in DEFAULT_CASES  # a part, traced through its model
+
+
+@pytest.mark.parametrize(("name", "cls_name"), DEFAULT_CASES)
+def test_spec_traces_strictly_on_the_default_configuration(name: str, cls_name: str) -> None:
+    from oracle.sweep._configs import tiny_config
+    from oracle.sweep._inputs import build_inputs
+
+    cls = getattr(tf, cls_name)
+    torch.manual_seed(0)
+    model = cls(tiny_config(cls)).eval()
+    spec = load_spec(f"builtin:{name}")
+    with torch.no_grad(), trace(traced_module(name, model), spec) as captures:  # strict: every recorder matches
+        model(**build_inputs(model))
+    optional = {key for key, recorders in spec.outputs.items() if all(r.optional for r in recorders)}
+    empty = [key for key in spec.outputs if key not in optional and not captures.get(key)]
+    assert not empty, f"builtin:{name} on {cls_name} (default configuration): no values for {empty}"

@@ -1,7 +1,8 @@
 """`python -m oracle.sweep` (from the repository root, with `tests` on PYTHONPATH; see `make fidelity`).
 
 Enumerates the classes, compares them in a process pool and writes the report (default
-`docs/fidelity.md`) and, with `--json`, the raw results.
+`docs/fidelity.md`: the installed transformers version's section, the other versions' kept) and,
+with `--json`, the raw results.
 """
 
 from __future__ import annotations
@@ -43,9 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.from_json, encoding="utf-8") as handle:
             saved = json.load(handle)
         results = [Result(**r) for r in saved["results"]]
-        text = render(results, versions=versions, import_failures=saved["import_failures"], seconds=saved["seconds"])
-        with open(args.out, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        section = render(results, versions=versions, import_failures=saved["import_failures"], seconds=saved["seconds"])
+        _write(args.out, section)
         return 0
 
     started = time.monotonic()
@@ -59,15 +59,22 @@ def main(argv: list[str] | None = None) -> int:
 
     results = run_all(targets, jobs=args.jobs, timeout_s=args.timeout, progress=progress)
     seconds = time.monotonic() - started
-    text = render(results, versions=versions, import_failures=import_failures(), seconds=seconds)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    _write(args.out, render(results, versions=versions, import_failures=import_failures(), seconds=seconds))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             saved = {"seconds": seconds, "import_failures": import_failures(), "results": [asdict(r) for r in results]}
             json.dump(saved, handle, indent=1)
     print(json.dumps(totals(results)), file=sys.stderr)
     return 0
+
+
+def _write(path: str, section: str) -> None:
+    """Write the report page at `path`: this version's `section`, the other versions' kept."""
+    from ._report import page
+
+    existing = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(page(section, existing))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,10 @@ import torch
 
 from . import _inputs
 
-__all__ = ["CLASS_INPUTS"]
+__all__ = ["CLASS_INPUTS", "FAMILIES_SINCE"]
+
+# Families the hooks name that only newer transformers releases have: family -> the first release with it.
+FAMILIES_SINCE: dict[str, str] = {"omniasr": "5.24.0"}
 
 Generic = Callable[[], dict[str, Any]]
 Hook = Callable[[Any, Generic], dict[str, Any]]  # (model, the generic inputs) -> its inputs
@@ -285,6 +288,11 @@ def _mono_waveform(model: Any) -> dict[str, Any]:
     return inputs
 
 
+def _one_channel(model: Any) -> dict[str, Any]:
+    """Omni-ASR's audio tower: a (batch, 1, samples) waveform (its first convolution has one input channel)."""
+    return {"input_values": _inputs.input_values(model.config).unsqueeze(1)}
+
+
 def _codebook_ids(model: Any) -> dict[str, Any]:
     """Models that embed one id per codebook at each step (Kyutai speech-to-text, CSM's backbone, Dia's
     decoder): (batch, seq, codebooks) ids, as many codebooks as their embedding's offsets."""
@@ -381,6 +389,7 @@ CLASS_INPUTS: dict[str, Hook] = {
         **dict.fromkeys(
             ("pe_audio.PeAudioEncoder", "pe_audio.PeAudioModel", "pe_audio.PeAudioFrameLevelModel"), _mono_waveform
         ),
+        "omniasr.OmniASRAudioModel": _one_channel,
         "moshi.MoshiDepthDecoder": _depth_decoder,
         "autoformer.AutoformerDecoder": _autoformer_decoder,
         "clvp.ClvpModelForConditionalGeneration": _text_and_speech,

@@ -259,6 +259,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     # Its attention reads a field its config class lacks, and clamps with `clip_qkv` (None fails): the checkpoint's.
     "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
+    # Its input, recurrent and output layers must add up to the layer count (its `to_dict` doubles every count
+    # and lists an `mlp` block per layer, which `__post_init__` halves again): one of each, the pattern derived.
+    "dory": {
+        "num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1, "layer_types": None,
+    },
 }
 
 

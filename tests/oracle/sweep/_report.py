@@ -1,14 +1,16 @@
-"""Render sweep results as `docs/fidelity.md`: totals, per-family tables, differences, exclusions."""
+"""Render sweep results as `docs/fidelity.md`: per transformers version, totals, per-family tables,
+differences, exclusions."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from ._compare import VARIANT_NAMES, VARIANTS, Result
 from ._enumerate import POPULAR
 
-__all__ = ["totals", "render"]
+__all__ = ["totals", "render", "page"]
 
 BUILT = ("inputs", "forward", "no-output", "compared")  # statuses reached after the model was constructed
 
@@ -60,6 +62,17 @@ CAUSES: dict[str, str] = {
     "clvp.ClvpModelForConditionalGeneration": "naming: returns the text encoder's captures as "
     "`text_encoder_hidden_states`; trace labels the decorated model inside it by its path "
     "(`text_encoder_model_hidden_states`: equal).",
+    "llama4.Llama4ForConditionalGeneration": "**upstream** (transformers 5.24.0): its forward reads "
+    "`outputs.image_outputs`, a field its output class (`MoeCausalLMOutputWithPast`) lacks, so the reference forward "
+    "itself raises; nothing to compare.",
+    **dict.fromkeys(
+        (
+            "inkling2_loop.Inkling2LoopModel", "inkling2_loop.Inkling2LoopTextModel", "inkling2_loop.Inkling2LoopForCausalLM",
+            "inkling2_loop.Inkling2LoopForConditionalGeneration",
+        ),
+        "its map records `OutputRecorder(target_class=(4 classes))`, a tuple, which transformers accepts (isinstance) "
+        "and yamltrace's `OutputRecorder` refuses until it takes several target classes.",
+    ),
     "timesfm2_5.TimesFm2_5ModelForPrediction": "calls its base model twice per forward (the series and its "
     "negation: `force_flip_invariance`) and returns the first call's captures; trace keeps every call of a scope "
     "(2 x 3 hidden states).",
@@ -111,18 +124,18 @@ def _stages(results: list[Result]) -> list[tuple[str, int]]:
     return Counter(r.status for r in results if r.status != "compared").most_common()
 
 
-def render(results: list[Result], *, versions: str, import_failures: dict[str, str], seconds: float) -> str:
-    """The whole report, as Markdown."""
-    t = totals(results)
-    by_family: dict[str, list[Result]] = defaultdict(list)
-    for result in results:
-        by_family[result.family].append(result)
-    n = t["enumerated"]
-    lines = [
+# Each version's section of the page lies between these markers, so a run under one transformers version
+# replaces its own section and keeps the others.
+BEGIN, END = "<!-- sweep: transformers {} -->", "<!-- /sweep -->"
+
+
+def _intro() -> list[str]:
+    return [
         "# Fidelity: yamltrace's captures against transformers' own",
         "",
-        "Written by `make fidelity` (`tests/oracle/sweep/`); do not edit by hand. "
-        f"{versions}; {seconds / 60:.1f} min.",
+        "Written by `make fidelity` / `make fidelity-<version>` (`tests/oracle/sweep/`); do not edit by hand. One",
+        "section per transformers version of the test matrix (CONTRIBUTING.md), newest first; a run replaces the",
+        "section of the version it ran under.",
         "",
         "Every concrete model class in transformers that records outputs (a non-empty `_can_record_outputs`, own or",
         "inherited, or a `forward` under transformers' `capture_outputs`) is built as a tiny random model (generic",
@@ -138,21 +151,16 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         "`_inputs.py` (generic builders), `_parts.py` (parts of a model fed by their parent: DETR-style encoders and",
         "decoders, SAM parts) and `_class_inputs.py` (per-class layouts); the popular families also run in the",
         "default suite (`tests/oracle/test_sweep_popular.py`).",
-        f"Models that fail at the small sizes are retried with only their layer counts lowered: "
-        f"{sum(r.level == 'layers' and r.status == 'compared' for r in results)} of the compared classes were built that way.",
         "Each model runs one warm-up forward before the reference: every variant runs after it, and some models change",
         "on their first forward (BigBird swaps its block-sparse attention for full attention on short inputs, after",
-        "transformers has hooked the old modules).",
-        f"{t['nested_map']} compared classes declare an empty map but carry the capture decorator (their encoder, decoder",
-        "or base model records): they are compared on their nested models' keys. "
-        f"{t['prefixed']} return some keys only as `<label>_<key>`",
-        "fields (`encoder_hidden_states`, `decoder_attentions`): those are compared with the keys `trace` yields under the same names.",
-        f"Variant b exported the spec from the swept instance (`spec_from_model(model)`) for {t['b_instance']} classes, whose",
-        "default config does not build on the meta device (or whose first forward replaced modules), so that",
-        "`spec_from_model(cls)` cannot see their structure; the others export from the class (see below).",
-        "",
-        "## Totals",
-        "",
+        "transformers has hooked the old modules). A difference whose cause is a bug of transformers itself is",
+        "labelled **upstream**.",
+    ]
+
+
+def _totals_rows(t: dict[str, int]) -> list[str]:
+    n = t["enumerated"]
+    return [
         "| | classes | % of enumerated |",
         "|---|---|---|",
         f"| enumerated | {n} | 100% |",
@@ -165,16 +173,50 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
             f"{t[f'error_{v}']} errors) |"
             for v in VARIANTS
         ),
+    ]
+
+
+def _notes(results: list[Result], t: dict[str, int]) -> list[str]:
+    return [
+        f"Models that fail at the small sizes are retried with only their layer counts lowered: "
+        f"{sum(r.level == 'layers' and r.status == 'compared' for r in results)} of the compared classes were built that way.",
+        f"{t['nested_map']} compared classes declare an empty map but carry the capture decorator (their encoder, decoder",
+        "or base model records): they are compared on their nested models' keys. "
+        f"{t['prefixed']} return some keys only as `<label>_<key>`",
+        "fields (`encoder_hidden_states`, `decoder_attentions`): those are compared with the keys `trace` yields under the same names.",
+        f"Variant b exported the spec from the swept instance (`spec_from_model(model)`) for {t['b_instance']} classes, whose",
+        "default config does not build on the meta device (or whose first forward replaced modules), so that",
+        "`spec_from_model(cls)` cannot see their structure; the others export from the class (see below).",
+    ]
+
+
+def render(results: list[Result], *, versions: str, import_failures: dict[str, str], seconds: float) -> str:
+    """One transformers version's section of the report, as Markdown (between its markers)."""
+    t = totals(results)
+    by_family: dict[str, list[Result]] = defaultdict(list)
+    for result in results:
+        by_family[result.family].append(result)
+    version = versions.split(",")[0].removeprefix("transformers ").strip()
+    lines = [
+        BEGIN.format(version),
+        f"## transformers {version}",
         "",
-        "## Popular families",
+        f"{versions}; {seconds / 60:.1f} min.",
+        *_notes(results, t),
+        "",
+        f"### Totals (transformers {version})",
+        "",
+        *_totals_rows(t),
+        "",
+        "### Popular families",
         "",
         *_family_rows(by_family, POPULAR),
         "",
-        "## Every family",
+        "### Every family",
         "",
         *_family_rows(by_family, sorted(by_family)),
         "",
-        "## Compared but not equal",
+        "### Compared but not equal",
         "",
         "The first difference per variant (`key[index]`: what differs; *error*: the variant raised; \"equal to",
         "trace's `name`\": another key `trace` yields holds exactly these values) and, where diagnosed, its cause.",
@@ -186,10 +228,15 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         for variant, outcome in result.variants.items():
             if outcome != "equal":
                 lines.append(f"| {result.target} | {variant} | {_cell(outcome)} | {_cell(CAUSES.get(result.target, ''))} |")
+    return "\n".join(lines + _exclusions(results, import_failures) + [END]) + "\n"
+
+
+def _exclusions(results: list[Result], import_failures: dict[str, str]) -> list[str]:
+    """The sections after the differences: variant b from the instance, not compared, not imported."""
     instance = [r for r in results if r.status == "compared" and r.b_export]
-    lines += [
+    lines = [
         "",
-        "## Variant b exported from the instance",
+        "### Variant b exported from the instance",
         "",
         "`spec_from_model(cls)` builds the class from its default config on the meta device; where that fails",
         "(transformers ships some defaults with `None` fields the model needs) or the model replaced modules on its",
@@ -198,10 +245,8 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         "| class | why not from the class |",
         "|---|---|",
         *(f"| {r.target} | {_cell(r.b_export)} |" for r in instance),
-    ]
-    lines += [
         "",
-        "## Not compared",
+        "### Not compared",
         "",
         "Stage that failed: `config` (tiny config), `model` (construction), `inputs`, `forward` (the reference",
         "forward), `no-output` (the model's own output returns none of its map's keys), `timeout`, `crash`.",
@@ -210,13 +255,30 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         "|---|---|",
         *(f"| {stage} | {count} |" for stage, count in _stages(results)),
         "",
-        "| class | stage | reason |",
-        "|---|---|---|",
+        "| class | stage | reason | cause |",
+        "|---|---|---|---|",
     ]
     for result in results:
         if result.status != "compared":
-            lines.append(f"| {result.target} | {result.status} | {_cell(result.reason)} |")
+            cause = CAUSES.get(result.target, "")
+            lines.append(f"| {result.target} | {result.status} | {_cell(result.reason)} | {_cell(cause)} |")
     if import_failures:
-        lines += ["", "## Modules that could not be imported", "", "| module | reason |", "|---|---|"]
+        lines += ["", "### Modules that could not be imported", "", "| module | reason |", "|---|---|"]
         lines += [f"| {module} | {_cell(reason)} |" for module, reason in sorted(import_failures.items())]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
+
+
+def page(section: str, existing: str = "") -> str:
+    """The whole page: the introduction, then `section` and the other versions' sections of `existing`
+    (a page this function wrote before), newest version first."""
+    pattern = r"<!-- sweep: transformers (\S+) -->\n.*?<!-- /sweep -->\n"
+    sections = {m.group(1): m.group(0) for m in re.finditer(pattern, existing, flags=re.S)}
+    own = re.match(r"<!-- sweep: transformers (\S+) -->", section)
+    assert own, "a section starts with its marker"
+    sections[own.group(1)] = section
+    ordered = [sections[v] for v in sorted(sections, key=_version_key, reverse=True)]
+    return "\n".join(_intro()) + "\n\n" + "\n".join(ordered)
