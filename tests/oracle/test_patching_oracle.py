@@ -13,6 +13,7 @@ from transformers import monkey_patching as hf
 from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeTopKRouter
 
 from yamltrace import patch as ours
+from yamltrace.spec._patch_rule import PatchRule
 from yamltrace.kernels import SdpaLlamaAttention
 from yamltrace.patch import apply_patches, patch_model, patch_output_recorders
 from yamltrace.tracing import trace
@@ -35,7 +36,7 @@ def empty_transformers_registry():
 @given(keys=st.lists(st.sampled_from(KEYS), unique=True), name=st.sampled_from(NAMES))
 def test_lookup_equals_transformers(keys, name):
     mapping = {key: REPLACEMENTS[KEYS.index(key)] for key in keys}
-    assert ours.find_replacement(name, mapping) is hf._find_replacement_class(name, mapping)
+    assert PatchRule(mapping).replacement_for(name) is hf._find_replacement_class(name, mapping)
 
 
 def outcome(call) -> type | None:
