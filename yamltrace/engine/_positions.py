@@ -15,14 +15,12 @@ from typing import Any
 
 import torch
 
+from ..errors import PositionError
+
 __all__ = ["InputSource", "PositionError", "normalize_input", "normalize_positions", "positions_selector"]
 
 # A slice written as text: "start:stop" or "start:stop:step", each part an optional integer.
 _SLICE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(-?\d+)?\s*)?$")
-
-
-class PositionError(ValueError):
-    """A captured tensor has no such dimension or positions; the collector adds which module and key."""
 
 
 def normalize_input(value: Any) -> int | str | None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..errors import YamltraceError
+from ..errors import ExtractError
 
 __all__ = [
     "ExtractError",
@@ -64,10 +64,6 @@ def dtype_code(dtype: torch.dtype) -> str:
         return _CODES[dtype]
     except KeyError:
         raise ExtractError(f"cannot store tensors of dtype {dtype} in safetensors shards; cast them (recorder dtype:).") from None
-
-
-class ExtractError(YamltraceError, ValueError):
-    """An extraction cannot start or continue: bad input, a directory from another run, mixed shapes."""
 
 
 def shard_name(rank: int, seq: int) -> str:

@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import re2
 
+from ..errors import PatternError
+
 __all__ = ["MAX_PATTERN_CHARS", "Pattern", "PatternError", "compile_pattern", "key_matcher"]
 
 logger = logging.getLogger("yamltrace")
@@ -29,10 +31,6 @@ _MAX_MEMORY = 1 << 20  # bytes RE2 may use for one compiled pattern
 
 class Pattern(Protocol):
     def search(self, text: str) -> Any: ...
-
-
-class PatternError(ValueError):
-    """A patch key that is not a pattern a spec may use; the message says why and how to fix it."""
 
 
 def _options() -> re2.Options:
