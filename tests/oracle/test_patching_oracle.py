@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -244,3 +247,77 @@ def test_a_broad_pattern_swaps_only_module_classes_of_the_model_modules():
         assert transformers.modeling_utils.AttentionInterface is interface
         assert mistral.MistralAttention.__name__ == "MistralAttention"
     assert transformers.models.llama.modeling_llama.LlamaAttention.__name__ == "LlamaAttention"
+
+
+# ------------------------------------------------- apply_patches() without modules: transformers' reach
+
+
+class _CustomLlamaAttention(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+
+
+def _refusing_module(name: str, refused: str):
+    """A module named `transformers...` whose attribute `refused` cannot be set (a swap failing halfway)."""
+
+    class Refusing(types.ModuleType):
+        def __setattr__(self, key, value):
+            if key == refused and value is not Block:
+                raise ImportError(f"{key} cannot be swapped here")
+            super().__setattr__(key, value)
+
+    class Block(nn.Module):
+        pass
+
+    module = Refusing(name)
+    module.FirstBlock = Block
+    module.SecondBlock = Block
+    return module, Block
+
+
+def test_apply_patches_without_modules_reaches_every_loaded_transformers_module_and_nothing_else():
+    import transformers.models.mistral.modeling_mistral as mistral
+    from transformers.models.llama import modeling_llama
+
+    outside = types.ModuleType("not_transformers_probe")
+    outside.LlamaAttention = modeling_llama.LlamaAttention
+    sys.modules[outside.__name__] = outside
+    try:
+        with apply_patches({"^(Llama|Mistral)Attention$": _CustomLlamaAttention}) as replaced:
+            assert modeling_llama.LlamaAttention is mistral.MistralAttention is _CustomLlamaAttention
+            assert outside.LlamaAttention.__name__ == "LlamaAttention"
+        assert {r.path for r in replaced} >= {
+            "transformers.models.llama.modeling_llama.LlamaAttention",
+            "transformers.models.mistral.modeling_mistral.MistralAttention",
+        }
+    finally:
+        del sys.modules[outside.__name__]
+    assert modeling_llama.LlamaAttention.__name__ == "LlamaAttention" and mistral.MistralAttention.__name__ == "MistralAttention"
+
+
+def test_apply_patches_without_modules_restores_everything_when_the_block_raises():
+    from transformers.models.llama import modeling_llama
+
+    original = modeling_llama.LlamaAttention
+    ours.register_patch_mapping({"LlamaAttention": _CustomLlamaAttention})
+    with pytest.raises(RuntimeError, match="inside the block"):
+        with apply_patches():
+            assert modeling_llama.LlamaAttention is _CustomLlamaAttention
+            raise RuntimeError("inside the block")
+    assert modeling_llama.LlamaAttention is original  # transformers' own apply_patches leaves the replacement
+
+
+def test_apply_patches_without_modules_restores_everything_when_a_swap_fails_halfway():
+    from transformers.models.llama import modeling_llama
+
+    original = modeling_llama.LlamaAttention
+    module, block = _refusing_module("transformers_yamltrace_probe", "SecondBlock")
+    sys.modules[module.__name__] = module  # loaded last: the swaps in transformers' modules come first
+    try:
+        with pytest.raises(ImportError, match="SecondBlock cannot be swapped"):
+            with apply_patches({"LlamaAttention": _CustomLlamaAttention, "Block$": _CustomLlamaAttention}):
+                pass  # never reached
+        assert modeling_llama.LlamaAttention is original
+        assert module.FirstBlock is block and module.SecondBlock is block
+    finally:
+        del sys.modules[module.__name__]

@@ -125,10 +125,12 @@ def apply_patches(
             loaded module whose name starts with `transformers`: a process-wide change.
         device: selects a Spec's device-conditioned entries (default: torch's default device).
 
-    Only attributes that are `nn.Module` subclasses are swapped, and no module is imported. Each
-    replacement's constructor is checked against the original's before anything changes (PatchError
-    listing every mismatch). Every attribute changed is restored when the block exits, also when the
-    block raises and when a swap fails halfway. Yields the `Replacement`s made.
+    Only attributes that are `nn.Module` subclasses are swapped, and no module is imported. With
+    `modules=`, each replacement's constructor is checked against the original's before anything
+    changes (PatchError listing every mismatch); the process-wide form swaps what transformers swaps,
+    so a class whose constructor does not fit fails when it is built. Every attribute changed is
+    restored when the block exits, also when the block raises and when a swap fails halfway. Yields
+    the `Replacement`s made.
 
     Thread safety: module attributes are process-wide, so blocks are serialised by a lock (re-entrant
     in one thread): a second thread's block waits until the first exits, and each builds with its own
@@ -142,7 +144,7 @@ def apply_patches(
     with _construction_lock:
         targets = _target_modules(modules)
         plan = _attribute_plan(targets, rule)
-        problems = {p: name for _, name, o, r in plan if (p := _signature_problem(o, r)) is not None}
+        problems = {} if modules is None else {p: n for _, n, o, r in plan if (p := _signature_problem(o, r)) is not None}
         if problems:
             raise PatchError(PatchProblem(message, name) for message, name in problems.items())
         done: list[tuple[ModuleType, str, type]] = []
