@@ -23,7 +23,7 @@ from torch import nn
 from .engine import OutputRecorder, scope_modules
 from .errors import SpecError, SpecIssue
 from .spec import PatchEntry, Spec
-from .spec._patch_rule import PatchRule, model_device, retarget_spec
+from .spec._patch_rule import PatchRule, model_device, model_swaps, retarget_spec
 
 __all__ = ["check_recorders", "check_patches", "patch_targets", "retarget_to_patches", "spec_rule", "warn_no_tensor", "dead_hints"]
 
@@ -146,10 +146,10 @@ def check_patches(model: nn.Module, spec: Spec) -> None:
 
 
 def retarget_to_patches(model: nn.Module, spec: Spec) -> Spec:
-    """The spec with its recorders (root and every scope) retargeted to its patches' replacements on the
-    model's device, as `patch_output_recorders` retargets a model's own maps (the model is patched:
-    `check_patches`)."""
-    return retarget_spec(spec, spec_rule(model, spec))
+    """The spec with its recorders (root and every scope) retargeted to the model's own swaps (whatever
+    patched it) and to the spec's patches on the model's device, as `patch_output_recorders` retargets
+    a model's own maps (the model is patched: `check_patches`)."""
+    return retarget_spec(spec, PatchRule(spec_rule(model, spec).mapping, model_swaps(model)))
 
 
 _warned: weakref.WeakSet[nn.Module] = weakref.WeakSet()

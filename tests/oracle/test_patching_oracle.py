@@ -19,6 +19,7 @@ from yamltrace import patch as ours
 from yamltrace.spec._patch_rule import PatchRule
 from yamltrace.kernels import SdpaLlamaAttention
 from yamltrace.patch import apply_patches, patch_model, patch_output_recorders
+from yamltrace.spec import load_spec
 from yamltrace.tracing import trace
 
 pytestmark = pytest.mark.oracle
@@ -321,3 +322,56 @@ def test_apply_patches_without_modules_restores_everything_when_a_swap_fails_hal
         assert module.FirstBlock is block and module.SecondBlock is block
     finally:
         del sys.modules[module.__name__]
+
+
+# ------------------------------------------------------- any spec follows the model's own swaps
+
+
+def _tiny_mixtral():
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return MixtralForCausalLM(config).eval()
+
+
+SWAP_NORMS = {"yamltrace": 1, "patches": {"MixtralRMSNorm": "yamltrace.kernels:RMSNorm"}}
+
+
+def _norm_captures(model):
+    inputs = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), trace(model, "builtin:mixtral") as captured:
+        model(inputs)
+    return captured["resid_mid"], captured["final_norm"]
+
+
+def test_a_spec_traced_on_a_loaded_model_follows_the_swaps_it_was_built_with(tmp_path):
+    from transformers import MixtralForCausalLM
+
+    from yamltrace import from_pretrained
+    from yamltrace.kernels import RMSNorm
+
+    original = _tiny_mixtral()
+    original.save_pretrained(tmp_path)
+    expected = _norm_captures(original)
+    model = from_pretrained(MixtralForCausalLM, tmp_path, spec=SWAP_NORMS, attn_implementation="eager").eval()
+    assert isinstance(model.model.norm, RMSNorm)
+    resid_mid, final_norm = _norm_captures(model)  # builtin:mixtral names MixtralRMSNorm, not RMSNorm
+    assert len(resid_mid) == 2 and len(final_norm) == 1
+    for got, want in zip([*resid_mid, *final_norm], [*expected[0], *expected[1]], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_a_spec_traced_after_patch_model_follows_its_swaps_until_they_are_undone():
+    from yamltrace.kernels import RMSNorm
+
+    model = _tiny_mixtral()
+    expected = _norm_captures(model)
+    with patch_model(model, load_spec(SWAP_NORMS)) as handle:
+        assert any(r.replacement is RMSNorm for r in handle.replaced)
+        resid_mid, final_norm = _norm_captures(model)
+        assert len(resid_mid) == 2 and len(final_norm) == 1
+        torch.testing.assert_close(final_norm[0], expected[1][0], atol=1e-5, rtol=0)
+    assert [len(c) for c in _norm_captures(model)] == [2, 1]  # the originals again, hooked as before

@@ -19,7 +19,7 @@ from torch import nn
 from ..errors import PatchError
 from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
-from ..spec._patch_rule import PatchRule, retarget_spec
+from ..spec._patch_rule import PatchRule, record_swaps, retarget_spec
 from ._hub import HUB_OPTIONS, hub_options, hub_snapshot, hub_spec_file, is_hub_id
 from ._spec_file import SPEC_FILE, SpecSource, checkpoint_spec
 from ._weights import CONFIG_FILE, load_strict, read_weights, weights_file
@@ -174,11 +174,12 @@ def _build_under_spec(
     with _spec_imports_undone_on_failure() as spec_resolved:
         resolved = checkpoint_spec(model_cls, shipped, spec=spec, overrides=overrides, trust_imports=trust_imports)
         spec_resolved()
-        with apply_patches(_build_rule(resolved, device), modules=model_cls):
+        with apply_patches(_build_rule(resolved, device), modules=model_cls) as swapped:
             try:
                 model = construct()
             except RecursionError:
                 raise PatchError([_RECURSIVE_PATCH]) from None
+        record_swaps(model, [(r.original, r.replacement) for r in swapped if isinstance(r.original, type)])
         if finish is not None:
             finish(model)
     return model, resolved

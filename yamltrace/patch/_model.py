@@ -12,7 +12,7 @@ from torch import nn
 from ..engine import invalidate
 from ..errors import PatchError, PatchProblem, did_you_mean
 from ..spec import load_spec
-from ..spec._patch_rule import PatchRule, device_type, model_device
+from ..spec._patch_rule import PatchRule, device_type, model_device, record_swaps
 from ._handle import PatchHandle, Replacement
 from ._recorders import patch_output_recorders
 from ._registry import MappingLike, resolve_rule
@@ -150,6 +150,7 @@ def patch_model(
             replaced.extend(Replacement(path, original, replacement, how) for _, _, path in holders)
         recorders = patch_output_recorders(model, rule, device=device)
         undo.append(recorders.remove)
+        undo.append(record_swaps(model, [(r.original, r.replacement) for r in replaced if isinstance(r.original, type)]))
     except BaseException:
         for step in reversed(undo):
             step()

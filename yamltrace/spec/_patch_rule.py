@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
@@ -24,7 +24,10 @@ from ._patterns import key_matcher
 if TYPE_CHECKING:
     from ._spec import Spec
 
-__all__ = ["PatchRule", "device_matches", "device_type", "model_device", "retarget_spec"]
+__all__ = ["PatchRule", "device_matches", "device_type", "model_device", "model_swaps", "record_swaps", "retarget_spec"]
+
+# Where a model keeps the classes its patches replaced (original -> replacement), on the root instance.
+SWAPS_ATTRIBUTE = "_yamltrace_swaps"
 
 
 class _Entry(Protocol):
@@ -108,6 +111,28 @@ def retarget_spec(spec: Spec, rule: PatchRule) -> Spec:
 
     scopes = {path: dataclasses.replace(scope, outputs=section(scope.outputs)) for path, scope in spec.scopes.items()}
     return dataclasses.replace(spec, outputs=section(spec.outputs), scopes=scopes)
+
+
+def model_swaps(model: nn.Module) -> dict[type, type]:
+    """The classes whose modules the model had replaced (original -> replacement), as patches recorded them.
+
+    `trace` retargets any spec by them, so a spec written for the original classes follows the
+    model's swaps wherever the swaps came from (`from_pretrained`, `patch_model`)."""
+    return dict(vars(model).get(SWAPS_ATTRIBUTE, {}))
+
+
+def record_swaps(model: nn.Module, swaps: Iterable[tuple[type, type]]) -> Callable[[], None]:
+    """Add `(original, replacement)` pairs to what the model knows of its swaps; returns the undo."""
+    before = vars(model).get(SWAPS_ATTRIBUTE)
+    vars(model)[SWAPS_ATTRIBUTE] = {**(before or {}), **{o: r for o, r in swaps if o is not r}}
+
+    def undo() -> None:
+        if before is None:
+            vars(model).pop(SWAPS_ATTRIBUTE, None)
+        else:
+            vars(model)[SWAPS_ATTRIBUTE] = before
+
+    return undo
 
 
 def model_device(model: nn.Module) -> str:
