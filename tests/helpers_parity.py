@@ -8,63 +8,48 @@ same assertions must hold for both. A transformers release that changes a behavi
 
 from __future__ import annotations
 
+import importlib
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
 LIBRARIES = ("transformers", "yamltrace")
 
+# Each name of the API -> where transformers' users import it from, and where yamltrace's do.
+API = {
+    "PreTrainedModel": ("transformers", "yamltrace"),
+    "Config": ("transformers:PretrainedConfig", "yamltrace.modeling"),
+    "BaseModelOutputWithPast": ("transformers.modeling_outputs", "yamltrace.modeling"),
+    "OutputRecorder": ("transformers.utils.output_capturing", "yamltrace"),
+    "capture_outputs": ("transformers.utils.output_capturing", "yamltrace"),
+    "merge_with_config_defaults": ("transformers.utils.generic", "yamltrace"),
+    **{
+        name: ("transformers.monkey_patching", "yamltrace")
+        for name in ("register_patch_mapping", "unregister_patch_mapping", "get_patch_mapping", "clear_patch_mapping",
+                     "apply_patches", "patch_output_recorders")
+    },
+}  # fmt: skip
+
 
 def library(name: str) -> SimpleNamespace:
     """The patch-mapping and output-capturing API of `name`, imported the way its users import it."""
-    if name == "transformers":
-        from transformers import PretrainedConfig, PreTrainedModel
-        from transformers.modeling_outputs import BaseModelOutputWithPast
-        from transformers.monkey_patching import (
-            apply_patches,
-            clear_patch_mapping,
-            get_patch_mapping,
-            patch_output_recorders,
-            register_patch_mapping,
-            unregister_patch_mapping,
-        )
-        from transformers.utils.generic import merge_with_config_defaults
-        from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+    api: dict[str, Any] = {"name": name}
+    for attribute, places in API.items():
+        module, _, spelled = places[LIBRARIES.index(name)].partition(":")
+        api[attribute] = getattr(importlib.import_module(module), spelled or attribute)
+    return SimpleNamespace(**api)
 
-        config: Any = PretrainedConfig
-    else:
-        from yamltrace import (
-            OutputRecorder,
-            PreTrainedModel,
-            apply_patches,
-            capture_outputs,
-            clear_patch_mapping,
-            get_patch_mapping,
-            merge_with_config_defaults,
-            patch_output_recorders,
-            register_patch_mapping,
-            unregister_patch_mapping,
-        )
-        from yamltrace.modeling import BaseModelOutputWithPast, Config
 
-        config = Config
-    return SimpleNamespace(
-        name=name,
-        Config=config,
-        PreTrainedModel=PreTrainedModel,
-        BaseModelOutputWithPast=BaseModelOutputWithPast,
-        OutputRecorder=OutputRecorder,
-        capture_outputs=capture_outputs,
-        merge_with_config_defaults=merge_with_config_defaults,
-        register_patch_mapping=register_patch_mapping,
-        unregister_patch_mapping=unregister_patch_mapping,
-        get_patch_mapping=get_patch_mapping,
-        clear_patch_mapping=clear_patch_mapping,
-        apply_patches=apply_patches,
-        patch_output_recorders=patch_output_recorders,
-    )
+@pytest.fixture(params=LIBRARIES)
+def lib(request: pytest.FixtureRequest) -> Any:
+    """One library's API, with its process-wide patch registry empty before and after the test."""
+    api = library(request.param)
+    api.clear_patch_mapping()
+    yield api
+    api.clear_patch_mapping()
 
 
 def my_model(lib: SimpleNamespace) -> SimpleNamespace:

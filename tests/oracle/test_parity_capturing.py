@@ -12,20 +12,12 @@ from typing import Any
 
 import pytest
 import torch
-from helpers_parity import LIBRARIES, library, my_model
+from helpers_parity import LIBRARIES, lib, library, my_model  # noqa: F401 (lib: the fixture)
 from torch import nn
 
 pytestmark = pytest.mark.oracle
 
 LAYERS = 3
-
-
-@pytest.fixture(params=LIBRARIES)
-def lib(request: pytest.FixtureRequest) -> SimpleNamespace:
-    api = library(request.param)
-    api.clear_patch_mapping()
-    yield api
-    api.clear_patch_mapping()
 
 
 def build(lib: SimpleNamespace, **config: Any) -> tuple[SimpleNamespace, nn.Module]:

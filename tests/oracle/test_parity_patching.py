@@ -13,22 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers_parity import LIBRARIES, library
+from helpers_parity import lib  # noqa: F401 (the fixture)
 from helpers_transformers import tiny_llama_config
 from torch import nn
 from transformers import LlamaModel
 from transformers.models.llama import modeling_llama
 
 pytestmark = pytest.mark.oracle
-
-
-@pytest.fixture(params=LIBRARIES)
-def lib(request: pytest.FixtureRequest) -> SimpleNamespace:
-    """One library's API, with its process-wide registry empty before and after the test."""
-    api = library(request.param)
-    api.clear_patch_mapping()
-    yield api
-    api.clear_patch_mapping()
 
 
 class CustomAttention(modeling_llama.LlamaAttention):
