@@ -107,9 +107,10 @@ default_patch_registry = PatchRegistry()
 def register_patch_mapping(mapping: Mapping[str, type[nn.Module]], overwrite: bool = False) -> None:
     """Register class replacements, process-wide: `{"Qwen2MoeExperts": MyExperts, ".*Attention": MyAttention}`.
 
-    Keys are exact class names or regexes (`re.search`; anchor with `^...$`); an exact name beats a
-    regex. Raises ValueError for a key already registered unless `overwrite=True`, and TypeError for a
-    replacement that is not an `nn.Module` subclass; either way nothing is registered.
+    Keys are exact class names or regexes (tried with `search`, in linear time; anchor with `^...$`);
+    an exact name beats a regex. Raises ValueError for a key already registered unless
+    `overwrite=True`, and TypeError for a replacement that is not an `nn.Module` subclass; either way
+    nothing is registered.
 
     Warning: this mapping is global. Prefer passing a mapping or a `Spec` to `apply_patches`,
     `patch_output_recorders` and `patch_model`.
