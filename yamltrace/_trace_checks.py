@@ -35,7 +35,7 @@ def _closest(word: str, choices: Iterable[str]) -> list[str]:
 def dead_hints(recorder: OutputRecorder, modules: list[tuple[str, nn.Module]]) -> str:
     """The closest module classes (for a target class) or path suffixes (for a class_name) in a scope."""
     if recorder.target_class is not None:
-        close = _closest(recorder.target_class.__name__, (type(m).__name__ for _, m in modules))
+        close = list(dict.fromkeys(c for t in recorder.target_classes for c in _closest(t.__name__, [type(m).__name__ for _, m in modules])))
         return f"; closest classes: {', '.join(close)}" if close else ""
     name = (recorder.class_name or "").strip(".")
     classed = [p for p, m in modules if type(m).__name__ == name]
@@ -50,13 +50,12 @@ def dead_hints(recorder: OutputRecorder, modules: list[tuple[str, nn.Module]]) -
 
 
 def _describe(recorder: OutputRecorder) -> str:
-    what = f"class {recorder.target_class.__name__}" if recorder.target_class is not None else f"path suffix {recorder.class_name!r}"
+    what = f"class {' | '.join(t.__name__ for t in recorder.target_classes)}" if recorder.target_class is not None else f"path suffix {recorder.class_name!r}"
     return what + (f" with layer_name {recorder.layer_name!r}" if recorder.layer_name else "")
 
 
 def _spec_sections(spec: Spec) -> list[tuple[str, Mapping[str, tuple[OutputRecorder, ...]]]]:
-    sections = [("", spec.outputs)] if spec.outputs or not spec.scopes else []
-    return sections + [(path, scope.outputs) for path, scope in spec.scopes.items()]
+    return [(section.scope, section.outputs) for section in spec.sections()]
 
 
 def check_recorders(

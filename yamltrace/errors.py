@@ -27,6 +27,7 @@ __all__ = [
     "UnsupportedModuleError",
     "PatternError",
     "PositionError",
+    "FolderError",
     "format_json_path",
     "did_you_mean",
 ]
@@ -203,3 +204,7 @@ class PatternError(YamltraceError, ValueError):
 class PositionError(YamltraceError, ValueError):
     """A captured tensor has no such dimension or positions; the collector adds which module and key
     and raises it as a `CaptureError`."""
+
+
+class FolderError(YamltraceError, ValueError):
+    """A file of an untrusted folder (checkpoint, activations, spec folder) that yamltrace refuses to read."""

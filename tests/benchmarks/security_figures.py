@@ -31,18 +31,22 @@ def rss_mb():
 def status_mb(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
-def recorder_yaml(i):
+def recorder_yaml(i, items=3):
+    layers = ", ".join(map(str, range(items)))
     return (f"  k{i}: {{class_name: .layers.{i}.mlp, index: 1, layer_name: layers, detach: true, to: cpu, "
-            f"dtype: float16, num_hidden_layers_key: n_layer, capture_initial_hidden_state: false, layers: [0, 1, -1]}}\n")
-from yamltrace.spec._limits import DEFAULT_MAX_BYTES, MAX_NODES
-def largest_accepted(budget_nodes=MAX_NODES, budget_bytes=DEFAULT_MAX_BYTES):
-    text, i = "yamltrace: 1\noutputs:\n", 0
-    while True:
-        more = recorder_yaml(i)
-        # 5 nodes around the outputs; per recorder: its key and mapping, 2 per field, 3 list items
-        if 5 + (i + 1) * 23 > budget_nodes or len(text) + len(more) > budget_bytes:
-            return text
-        text, i = text + more, i + 1
+            f"dtype: float16, num_hidden_layers_key: n_layer, capture_initial_hidden_state: false, layers: [{layers}]}}\n")
+from yamltrace.spec._limits import DEFAULT_MAX_BYTES, MAX_NODES, MAX_RECORDERS
+def largest_accepted(budget_nodes=MAX_NODES, budget_bytes=DEFAULT_MAX_BYTES, recorders=MAX_RECORDERS):
+    # MAX_RECORDERS recorders with every field; their `layers` lists take the rest of the node budget.
+    # 5 nodes around the outputs; per recorder: its key and mapping, 2 per field, and its list items
+    items = min(max((budget_nodes - 5) // recorders - 20, 1), 1000)  # MAX_LIST_ITEMS
+    text = "yamltrace: 1\noutputs:\n"
+    for i in range(recorders):
+        more = recorder_yaml(i, items)
+        if len(text) + len(more) > budget_bytes:
+            break
+        text += more
+    return text
 """
 
 # Each case: setup code, then a statement whose outcome is measured (`run()`).
@@ -148,7 +152,7 @@ def run(): return load_spec(text)
 """,
     "worst-accepted-extends-16": """
 prev = None
-per_file = largest_accepted(MAX_NODES // 16, DEFAULT_MAX_BYTES // 16)
+per_file = largest_accepted(MAX_NODES // 16, DEFAULT_MAX_BYTES // 16, MAX_RECORDERS // 16)
 for i in range(16):
     body = per_file.replace("  k", f"  f{i}k")
     if prev: body = f"extends: {prev}\\n" + body

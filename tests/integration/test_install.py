@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -37,6 +38,33 @@ def _run(argv: list[str | Path], cwd: Path, env: dict[str, str] | None = None) -
 def _yaml_block_after(heading: str) -> object:
     section = DOCS[DOCS.index(heading) :]
     return yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, flags=re.DOTALL).group(1))
+
+
+def _pre_commit_config(repo: str) -> dict[str, Any]:
+    """The `.pre-commit-config.yaml` of docs/cli.md's pre-commit section whose first repo is `repo`."""
+    section = DOCS[DOCS.index("## pre-commit") :]
+    section = section[: section.index("\n## ", 1)]
+    for block in re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL):
+        config = yaml.safe_load(block)
+        if isinstance(config, dict) and config.get("repos", [{}])[0].get("repo") == repo:
+            return config
+    raise AssertionError(f"docs/cli.md's pre-commit section has no config with repo {repo!r}")
+
+
+def _run_pre_commit(config: dict[str, Any], project: Path, tmp_path: Path, **env: str) -> None:
+    """pre-commit over `project` with `config`: the broken spec is reported at its line, once."""
+    pre_commit = shutil.which("pre-commit", path=str(Path(sys.executable).parent))
+    assert pre_commit is not None, "pre-commit is a test dependency (pyproject [test])"
+    (tmp_path / "pre-commit-config.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), **env}
+    result = _run([pre_commit, "run", "--all-files", "--config", tmp_path / "pre-commit-config.yaml"], project, env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    output = result.stdout.splitlines()
+    start = output.index("- exit code: 1")
+    assert [line for line in output[start + 1 :] if line] == [
+        "specs/broken.yaml:3:18: $.outputs.hidden_states: give exactly one of 'target' (a class) or 'class_name' (a module path suffix)",
+        f"{len(SHIPPED) + 1} files, 1 invalid, 1 problem",
+    ]
 
 
 def _size(directory: Path) -> int:
@@ -126,19 +154,26 @@ def test_a_torch_name_without_torch_names_the_extra(core_venv: Path, tmp_path: P
 
 def test_the_documented_pre_commit_config_runs(clone: tuple[Path, str], project: Path, tmp_path: Path) -> None:
     """The docs' `.pre-commit-config.yaml` with the clone as `repo` and its commit as `rev`."""
-    pre_commit = shutil.which("pre-commit", path=str(Path(sys.executable).parent))
-    assert pre_commit is not None, "pre-commit is a test dependency (pyproject [test])"
     path, commit = clone
-    config = _yaml_block_after("## pre-commit")
-    assert config["repos"][0]["repo"] == URL and config["repos"][0]["rev"] == "REF"
+    config = _pre_commit_config(URL)
+    assert config["repos"][0]["rev"] == "REF"
     config["repos"][0].update(repo=str(path), rev=commit)
-    (tmp_path / "pre-commit-config.yaml").write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
-    result = _run([pre_commit, "run", "--all-files", "--config", tmp_path / "pre-commit-config.yaml"], project, env)
-    assert result.returncode == 1, result.stdout + result.stderr
-    output = result.stdout.splitlines()
-    start = output.index("- exit code: 1")
-    assert [line for line in output[start + 1 :] if line] == [
-        "specs/broken.yaml:3:18: $.outputs.hidden_states: give exactly one of 'target' (a class) or 'class_name' (a module path suffix)",
-        f"{len(SHIPPED) + 1} files, 1 invalid, 1 problem",
-    ]
+    _run_pre_commit(config, project, tmp_path)
+
+
+def test_the_documented_local_pre_commit_hook_runs(clone: tuple[Path, str], project: Path, tmp_path: Path) -> None:
+    """The docs' `repo: local` hook as written: `yamltrace==VERSION` comes from a wheel of the clone, standing in
+    for the package index; the hook is the one `.pre-commit-hooks.yaml` defines, plus the pinned dependency."""
+    import yamltrace
+
+    config = _pre_commit_config("local")
+    (hook,) = config["repos"][0]["hooks"]
+    assert hook.pop("additional_dependencies") == [f"yamltrace=={yamltrace.__version__}"]
+    (defined,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    defined.pop("description")
+    assert hook == defined
+    config = _pre_commit_config("local")
+    wheels = tmp_path / "wheels"
+    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, clone[0]], tmp_path)
+    assert built.returncode == 0, built.stderr
+    _run_pre_commit(config, project, tmp_path, PIP_FIND_LINKS=f"{wheels} {os.environ.get('PIP_FIND_LINKS', '')}".strip())

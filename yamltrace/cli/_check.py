@@ -69,8 +69,7 @@ def _report(spec: Any, model: Any, out: Any) -> int:
     from .._trace_checks import dead_hints, patch_targets
     from ..engine import scope_modules
 
-    sections = [("", spec.outputs)] if spec.outputs or not spec.scopes else []
-    sections += [(path, scope.outputs) for path, scope in spec.scopes.items()]
+    sections = [(section.scope, section.outputs) for section in spec.sections()]
     paths = [path for path, _ in sections]
     names = {path for path, _ in model.named_modules()}
     dead = 0
@@ -86,7 +85,7 @@ def _report(spec: Any, model: Any, out: Any) -> int:
                 where = spec.where(scope, key, position)
                 line = f" (line {where.line})" if where.line else ""
                 hooked = [scope + path if scope else path[1:] or "<root>" for path, m in modules if recorder.matches(m, path)]
-                what = recorder.target_class.__name__ if recorder.target_class is not None else repr(recorder.class_name)
+                what = " | ".join(t.__name__ for t in recorder.target_classes) or repr(recorder.class_name)
                 if hooked:
                     print(f"{label}: {key}[{position}] {what}{line}: {len(hooked)} module(s): {', '.join(hooked)}", file=out)
                 elif recorder.optional:

@@ -9,18 +9,15 @@ retained: a selection is a tensor with its own, smaller storage, never a view of
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from .._recorder_fields import slice_problem
 from ..errors import PositionError
 
 __all__ = ["InputSource", "PositionError", "normalize_input", "normalize_positions", "positions_selector"]
-
-# A slice written as text: "start:stop" or "start:stop:step", each part an optional integer.
-_SLICE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(-?\d+)?\s*)?$")
 
 
 def normalize_input(value: Any) -> int | str | None:
@@ -49,12 +46,11 @@ def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
             raise TypeError(f"OutputRecorder.positions: a slice must have int bounds, got {value!r}.")
         value = ":".join("" if p is None else str(p) for p in parts)
     if isinstance(value, str):
-        match = _SLICE.match(value)
-        if match is None:
-            raise ValueError(f"OutputRecorder.positions: {value!r} is not a slice; write it like '-8:', ':4' or '0:10:2'.")
-        if match.group(3) is not None and int(match.group(3)) <= 0:
-            raise ValueError(f"OutputRecorder.positions: the step of {value!r} must be positive.")
-        return value.replace(" ", "")
+        text: str = value.replace(" ", "")
+        problem = slice_problem(text)  # the rule a spec's slice text is checked with
+        if problem is not None:
+            raise ValueError(f"OutputRecorder.positions: {problem}.")
+        return text
     if isinstance(value, int) and not isinstance(value, bool):
         return (value,)
     if isinstance(value, Sequence) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
@@ -232,7 +228,7 @@ class InputSource:
 
     __slots__ = ("position", "name", "written")
 
-    def __init__(self, input: int | str, target_class: type | None) -> None:
+    def __init__(self, input: int | str, target_class: type | tuple[type, ...] | None) -> None:
         self.written = input
         self.name = input if isinstance(input, str) else None
         self.position = input if isinstance(input, int) else _parameter_position(target_class, input)
@@ -254,8 +250,12 @@ class InputSource:
         return f"InputSource({self.written!r})"
 
 
-def _parameter_position(target_class: type | None, name: str) -> int | None:
-    """The positional index of parameter `name` of `target_class.forward` (without `self`), if any."""
+def _parameter_position(target_class: type | tuple[type, ...] | None, name: str) -> int | None:
+    """The positional index of parameter `name` of `target_class.forward` (without `self`), if any; for
+    a tuple of classes, the index they all agree on."""
+    if isinstance(target_class, tuple):
+        found = {_parameter_position(cls, name) for cls in target_class}
+        return found.pop() if len(found) == 1 else None
     forward = getattr(target_class, "forward", None)
     if forward is None:
         return None

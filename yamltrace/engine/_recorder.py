@@ -15,6 +15,7 @@ from typing import Any, Union
 import torch
 from torch import nn
 
+from .._recorder_fields import CHECKED_FIELDS, RECORDER_FIELDS, default_index, field_default
 from ._positions import normalize_input, normalize_positions
 
 __all__ = ["OutputRecorder", "RecorderLike", "CaptureMap", "CAPTURE_DTYPES", "normalize_output_map", "normalized_tasks", "default_index"]
@@ -30,7 +31,8 @@ class OutputRecorder:
     """Which submodule outputs to record for one output key.
 
     Attributes:
-        target_class: hook every module that is an instance of this class.
+        target_class: hook every module that is an instance of this class, or of any class of this
+            tuple (transformers' `isinstance` rule; a list is stored as a tuple).
         index: the element of a tuple output to record (a non-tuple output is recorded whole).
         layer_name: extra filter on the module's dotted path: `"." + layer_name + "."` must occur in
             `path + "."`, so `"attn"` matches `h.0.attn` but not `h.0.crossattention`.
@@ -57,26 +59,26 @@ class OutputRecorder:
     (a reference, no copy); each option applies to tensors only, after `layers` selection.
     """
 
-    target_class: type[nn.Module] | None = None
-    index: int = 0
+    # Defaults from the one table of recorder fields (`yamltrace._recorder_fields.RECORDER_FIELDS`).
+    target_class: type[nn.Module] | tuple[type[nn.Module], ...] | None = None
+    index: int = field_default("index")
     layer_name: str | None = None
     class_name: str | None = None
-    capture_initial_hidden_state: bool = True
-    num_hidden_layers_key: str = "num_hidden_layers"
+    capture_initial_hidden_state: bool = field_default("capture_initial_hidden_state")
+    num_hidden_layers_key: str = field_default("num_hidden_layers_key")
     layers: tuple[int, ...] | None = None
-    detach: bool = False
+    detach: bool = field_default("detach")
     to: str | None = None
     dtype: torch.dtype | None = None
     input: int | str | None = None
     positions: tuple[int, ...] | str | None = None
-    seq_dim: int = 1
-    optional: bool = False
+    seq_dim: int = field_default("seq_dim")
+    optional: bool = field_default("optional")
 
     def __post_init__(self) -> None:
         if self.target_class is None and self.class_name is None:
             raise ValueError("OutputRecorder needs a target_class or a class_name to know which modules to hook.")
-        if self.target_class is not None and not isinstance(self.target_class, type):
-            raise TypeError(f"OutputRecorder.target_class must be a class, got {self.target_class!r}.")
+        object.__setattr__(self, "target_class", _target(self.target_class))
         if not isinstance(self.index, int) or isinstance(self.index, bool):
             raise TypeError(f"OutputRecorder.index must be an int, got {self.index!r}.")
         if self.layers is not None:
@@ -95,6 +97,16 @@ class OutputRecorder:
         object.__setattr__(self, "positions", normalize_positions(self.positions))
         if not isinstance(self.seq_dim, int) or isinstance(self.seq_dim, bool):
             raise TypeError(f"OutputRecorder.seq_dim must be an int, got {self.seq_dim!r}.")
+        for field in CHECKED_FIELDS:  # the checks a spec's values get (`validate`), for every recorder
+            value = getattr(self, field.name)
+            for _, message in () if value is None else field.check(value):
+                raise ValueError(f"OutputRecorder.{field.name}: {message}.")
+
+    @property
+    def target_classes(self) -> tuple[type[nn.Module], ...]:
+        """The classes whose instances it hooks (one, several, or none for a `class_name` recorder)."""
+        target = self.target_class
+        return () if target is None else target if isinstance(target, tuple) else (target,)
 
     def matcher(self) -> Callable[[nn.Module, str], bool]:
         """`matches` as a function of `(module, path)`; for a recorder with a target class only (the
@@ -113,6 +125,15 @@ class OutputRecorder:
         if self.layer_name is None:
             return True
         return "." + self.layer_name.strip(".") + "." in path + "."
+
+
+def _target(target: Any) -> type[nn.Module] | tuple[type[nn.Module], ...] | None:
+    """`target_class` as stored: None, a class, or a non-empty tuple of classes (a list becomes one)."""
+    if target is None or isinstance(target, type):
+        return target
+    if isinstance(target, (tuple, list)) and target and all(isinstance(t, type) for t in target):
+        return tuple(target)
+    raise TypeError(f"OutputRecorder.target_class must be a class or a non-empty tuple of classes, got {target!r}.")
 
 
 def _device_name(device: Any) -> str:
@@ -137,11 +158,6 @@ RecorderLike = Union[OutputRecorder, type, str]
 CaptureMap = Mapping[str, Union[RecorderLike, Sequence[RecorderLike]]]
 
 
-def default_index(key: str) -> int:
-    """The tuple index a bare class or name records: 0 for hidden-state keys, 1 for the others."""
-    return 0 if "hidden_states" in key else 1
-
-
 def _as_recorder(key: str, recorder: Any) -> OutputRecorder:
     if isinstance(recorder, OutputRecorder):
         return recorder
@@ -150,16 +166,9 @@ def _as_recorder(key: str, recorder: Any) -> OutputRecorder:
     if isinstance(recorder, type):
         return OutputRecorder(target_class=recorder, index=default_index(key))
     if hasattr(recorder, "target_class") and hasattr(recorder, "index"):
-        # An OutputRecorder from another library with the same fields (transformers').
-        return OutputRecorder(
-            target_class=recorder.target_class,
-            index=recorder.index,
-            layer_name=getattr(recorder, "layer_name", None),
-            class_name=getattr(recorder, "class_name", None),
-            capture_initial_hidden_state=getattr(recorder, "capture_initial_hidden_state", True),
-            num_hidden_layers_key=getattr(recorder, "num_hidden_layers_key", "num_hidden_layers"),
-            layers=getattr(recorder, "layers", None),
-        )
+        # An OutputRecorder from another library with the same fields (transformers'): the fields it
+        # has, the defaults for the others.
+        return OutputRecorder(**{f.name: getattr(recorder, f.name, f.default) for f in RECORDER_FIELDS})
     raise TypeError(
         f"Output {key!r}: a recorder must be an OutputRecorder, a module class or a class-name string, "
         f"got {recorder!r}."

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .._recorder_fields import MAX_RECORDER_INDEX, RECORDER_FIELDS, default_index
+from ._walk import Site, document_sections, sites
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -26,6 +29,8 @@ __all__ = [
     "MAX_INTEGER_DIGITS",
     "MAX_EXTENDS_DEPTH",
     "MAX_RECORDER_INDEX",
+    "MAX_RECORDERS",
+    "MAX_RECORDERS_PER_KEY",
     "HIDDEN_LINE_BREAKS",
     "RESERVED_OUTPUT_KEYS",
     "Budget",
@@ -46,7 +51,8 @@ MAX_LIST_ITEMS = 1_000  # items of one list (imports, recorders of a key, layers
 MAX_STRING_CHARS = 1_000  # characters of one text value or key
 MAX_INTEGER_DIGITS = 18  # digits of one integer (anything longer is no index or layer)
 MAX_EXTENDS_DEPTH = 16  # files in an `extends` chain, the first included
-MAX_RECORDER_INDEX = 1 << 16  # |index| and |layers[i]| of a recorder
+MAX_RECORDERS = 64  # recorders of a spec, root and scopes together (each one is a capture per forward)
+MAX_RECORDERS_PER_KEY = 16  # recorders of one output key
 
 # Line breaks to YAML that most editors and diff viewers show inside one line: NEL, LS, PS.
 HIDDEN_LINE_BREAKS = {"\x85": "NEL (U+0085)", "\u2028": "LINE SEPARATOR (U+2028)", "\u2029": "PARAGRAPH SEPARATOR (U+2029)"}
@@ -57,21 +63,13 @@ RESERVED_OUTPUT_KEYS = frozenset(
     {
         # fields a model fills itself
         "last_hidden_state", "pooler_output", "logits", "loss", "past_key_values", "vision_hidden_states",
+        # the cache field under every supported transformers version (5.24 names it cache)
+        "cache", "cache_params",
         # ModelOutput's and dict's methods
         "to_tuple", "keys", "values", "items", "get", "pop", "popitem", "setdefault", "update", "clear",
         "copy", "fromkeys",
     }
 )  # fmt: skip
-
-# A config attribute name: an identifier that is not private or a dunder, and not a config method.
-_CONFIG_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-_CONFIG_METHODS = frozenset(
-    {
-        "to_dict", "to_json_string", "to_json_file", "to_diff_dict", "save_pretrained", "from_pretrained",
-        "from_dict", "from_json_file", "get_config_dict", "update", "load", "save", "get", "keys", "values", "items",
-    }
-)  # fmt: skip
-
 
 @dataclass
 class Budget:
@@ -127,6 +125,16 @@ def _main_module(reference: Any) -> bool:
     return isinstance(reference, str) and "__main__" in re.split(r"[.:]", reference)
 
 
+def _targets(site: Site) -> list[tuple[tuple[str | int, ...], Any]]:
+    """A recorder's class references with their paths: a bare reference, or its `target` (one or a list)."""
+    if not isinstance(site.value, Mapping):
+        return [(site.path, site.value)]
+    target = site.value.get("target")
+    if isinstance(target, list):
+        return [((*site.path, "target", i), t) for i, t in enumerate(target)]
+    return [((*site.path, "target"), target)]
+
+
 def main_module_issues(data: Mapping[str, Any], fail: Issue) -> None:
     """Module names and class references under a `__main__` module (found without importing anything)."""
     imports = data.get("imports")
@@ -135,50 +143,67 @@ def main_module_issues(data: Mapping[str, Any], fail: Issue) -> None:
             fail(("imports", i), f"{name!r} {_MAIN_MESSAGE}")
     if _main_module(data.get("model")):
         fail(("model",), f"{data['model']!r} {_MAIN_MESSAGE}")
-    for section, field in (("outputs", "target"), ("patches", "replace_with")):
-        entries = data.get(section)
-        for key, value in entries.items() if isinstance(entries, Mapping) else ():
-            items: Iterable[tuple[int | None, Any]] = enumerate(value) if isinstance(value, list) else [(None, value)]
-            for position, item in items:
-                path = (section, key) if position is None else (section, key, position)
-                reference = item.get(field) if isinstance(item, Mapping) else item
+    patches = data.get("patches")
+    for key, value in patches.items() if isinstance(patches, Mapping) else ():
+        path: tuple[str | int, ...] = ("patches", key, "replace_with") if isinstance(value, Mapping) else ("patches", key)
+        reference = value.get("replace_with") if isinstance(value, Mapping) else value
+        if _main_module(reference):
+            fail(path, f"{reference!r} {_MAIN_MESSAGE}")
+    for section in document_sections(data):
+        for site in sites(section):
+            for path, reference in _targets(site):
                 if _main_module(reference):
-                    fail((*path, field) if isinstance(item, Mapping) else path, f"{reference!r} {_MAIN_MESSAGE}")
+                    fail(path, f"{reference!r} {_MAIN_MESSAGE}")
 
 
 def recorder_issues(data: Mapping[str, Any], fail: Issue) -> None:
-    """Output keys and recorder fields that would load but break capture (reserved keys, config keys, indices)."""
+    """Output keys and recorders that would load but break capture, at the root and in every scope:
+    reserved keys, repeated recorders, too many recorders, field values no capture can run."""
     main_module_issues(data, fail)
-    outputs = data.get("outputs")
-    if not isinstance(outputs, Mapping):
+    total = 0
+    for section in document_sections(data):
+        for key in section.outputs:
+            if key in RESERVED_OUTPUT_KEYS:
+                fail((*section.path, key), f"output key {key!r} is reserved: it would overwrite the model output's own "
+                     f"{key!r}; choose another name (reserved: {', '.join(sorted(RESERVED_OUTPUT_KEYS))})")  # fmt: skip
+        seen: dict[tuple[str, str], int] = {}
+        for site in sites(section):
+            total += 1
+            if total == MAX_RECORDERS + 1:
+                fail(site.path, f"a spec may hold {MAX_RECORDERS} recorders in all (MAX_RECORDERS), root and scopes "
+                     "together; this is one more: remove the recorders you do not need")  # fmt: skip
+            if site.position == MAX_RECORDERS_PER_KEY:
+                fail(site.path, f"output {site.key!r} has more than {MAX_RECORDERS_PER_KEY} recorders "
+                     "(MAX_RECORDERS_PER_KEY); remove the ones you do not need")  # fmt: skip
+            first = seen.setdefault((site.key, _recorder_key(site)), site.position)
+            if first != site.position:
+                fail(site.path, f"output {site.key!r}: recorder {site.position} repeats recorder {first} (each would "
+                     "capture the same tensors again); keep one")  # fmt: skip
+            _field_issues(site, fail)
+
+
+def _field_issues(site: Site, fail: Issue) -> None:
+    """The problems of each field of a recorder mapping (`RecorderField.check`), located below the field."""
+    if not isinstance(site.value, Mapping):
         return
-    for key, value in outputs.items():
-        if key in RESERVED_OUTPUT_KEYS:
-            fail(("outputs", key), f"output key {key!r} is reserved: it would overwrite the model output's own "
-                 f"{key!r}; choose another name (reserved: {', '.join(sorted(RESERVED_OUTPUT_KEYS))})")  # fmt: skip
-        located = [((i,), v) for i, v in enumerate(value)] if isinstance(value, list) else [((), value)]
-        for where, recorder in located:
-            if isinstance(recorder, Mapping):
-                _recorder_fields(("outputs", key, *where), recorder, fail)
+    for field in RECORDER_FIELDS:
+        value = site.value.get(field.key)
+        if value is not None and isinstance(value, field.types) and (bool in field.types or not isinstance(value, bool)):
+            for below, message in field.check(value):
+                fail((*site.path, field.key, *below), message)
 
 
-def _recorder_fields(path: tuple[str | int, ...], recorder: Mapping[str, Any], fail: Issue) -> None:
-    config_key = recorder.get("num_hidden_layers_key")
-    if isinstance(config_key, str) and (not _CONFIG_KEY.fullmatch(config_key) or config_key in _CONFIG_METHODS):
-        fail((*path, "num_hidden_layers_key"), f"{config_key!r} is not a config attribute that counts layers: "
-             "write a public attribute name such as num_hidden_layers or n_layer (no leading _, not a method)")  # fmt: skip
-    index = recorder.get("index")
-    if _out_of_range(index):
-        fail((*path, "index"), f"index {index} is out of range; use -{MAX_RECORDER_INDEX} .. {MAX_RECORDER_INDEX}")
-    layers = recorder.get("layers")
-    if isinstance(layers, list):
-        for i, layer in enumerate(layers):
-            if _out_of_range(layer):
-                fail((*path, "layers", i), f"layer {layer} is out of range; use -{MAX_RECORDER_INDEX} .. {MAX_RECORDER_INDEX}")
-
-
-def _out_of_range(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_RECORDER_INDEX
+def _recorder_key(site: Site) -> str:
+    """A recorder with every default filled in, as a key equal for recorders that capture the same."""
+    value = site.value if isinstance(site.value, Mapping) else {"target": site.value}
+    filled = {field.key: value.get(field.key, field.default) for field in RECORDER_FIELDS}
+    if "index" not in value:
+        filled["index"] = default_index(site.key)
+    if isinstance(filled["target"], list):
+        filled["target"] = sorted(map(str, filled["target"]))
+    elif filled["target"] is not None:
+        filled["target"] = [filled["target"]]
+    return unique_key(filled)
 
 
 def unique_key(value: Any) -> str:

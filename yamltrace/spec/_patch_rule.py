@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
@@ -89,16 +89,14 @@ class PatchRule:
     def retarget(self, recorder: OutputRecorder) -> OutputRecorder:
         """The recorder hooking the replacements: each target class (one or a tuple) replaced; a recorder
         with only a `class_name` gains the replacement that name selects as its target (transformers' rule)."""
-        target: Any = recorder.target_class
-        if target is None:
+        targets = recorder.target_classes
+        if not targets:
             found = None if recorder.class_name is None else self.replacement_for(recorder.class_name)
             return recorder if found is None else dataclasses.replace(recorder, target_class=found)
-        targets = target if isinstance(target, tuple) else (target,)
         replaced = tuple(self.replace_class(c) for c in targets)
         if replaced == targets:
             return recorder
-        new = replaced if isinstance(target, tuple) else replaced[0]
-        return dataclasses.replace(recorder, target_class=cast(Any, new))
+        return dataclasses.replace(recorder, target_class=replaced if isinstance(recorder.target_class, tuple) else replaced[0])
 
 
 def retarget_spec(spec: Spec, rule: PatchRule) -> Spec:

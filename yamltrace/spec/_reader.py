@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from .. import specs
 from ..errors import SpecError, SpecIssue, format_json_path
 from ._limits import MAX_EXTENDS_DEPTH, MAX_NODES, Budget
 from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_, read_file, read_text
@@ -148,15 +149,19 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
             raise fail("extends must be the path of a base spec file, relative to this one")
         if len(parts) >= MAX_EXTENDS_DEPTH:
             raise fail(f"the extends chain is longer than {MAX_EXTENDS_DEPTH} files (MAX_EXTENDS_DEPTH); merge some of them")
-        if "\0" in ref or os.path.isabs(ref) or ref.startswith("~"):
-            raise fail(f"extends {_short_repr(ref)} must be a path relative to this file, inside {chain.root}")
-        target = os.path.join(base_dir, ref)
-        display = os.path.normpath(os.path.join(os.path.dirname(part.file), ref) if part.file else ref)
+        builtin = ref.startswith(specs.PREFIX)
+        if not builtin and ("\0" in ref or os.path.isabs(ref) or ref.startswith("~")):
+            raise fail(f"extends {_short_repr(ref)} must be a path relative to this file, inside {chain.root}, or builtin:NAME")
         try:
+            # A shipped spec (`builtin:NAME`) is yamltrace's own file: it may be extended from any folder.
+            target = str(specs.path(ref)) if builtin else os.path.join(base_dir, ref)
             real = os.path.realpath(target)
+        except SpecError as e:
+            raise fail(f"extends {_short_repr(ref)}: {e.issues[0].message}") from None
         except (OSError, ValueError):
             raise fail(f"{_short_repr(ref)} is not a usable path") from None
-        if not _inside(real, chain.root):
+        display = ref if builtin else os.path.normpath(os.path.join(os.path.dirname(part.file), ref) if part.file else ref)
+        if not builtin and not _inside(real, chain.root):
             raise fail(
                 f"extends {_short_repr(ref)} leaves the spec's folder {chain.root} (paths and symlinks are "
                 "resolved); a base spec must lie inside it"

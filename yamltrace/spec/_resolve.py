@@ -1,7 +1,7 @@
 """Validated document -> `Spec`: `load_spec` resolves every class a spec names (see `_spec` for `Spec`).
 
 `load_spec` is all or nothing: the document is schema-checked, every class it names is resolved through
-the import registry (safe by default, see `yamltrace.registry`), and every problem is gathered into one
+the import registry (safe by default, see `_registry`), and every problem is gathered into one
 `SpecError` with located issues before anything is returned.
 """
 
@@ -15,17 +15,17 @@ from typing import Any
 from torch import nn
 
 from .. import specs
-from ..engine import OutputRecorder, default_index
+from .._recorder_fields import RECORDER_FIELDS, default_index
+from ..engine import OutputRecorder
 from ..errors import MAX_ISSUES, SpecError, SpecIssue
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument
 from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
 from ._schema import checked_document
 from ._spec import PatchEntry, Spec, SpecScope
+from ._walk import Section, Site, document_sections, sites
 
 __all__ = ["load_spec"]
 
-_DEFAULT_LAYERS_KEY = OutputRecorder.__dataclass_fields__["num_hidden_layers_key"].default
-_DEFAULT_SEQ_DIM = OutputRecorder.__dataclass_fields__["seq_dim"].default
 
 
 def _base_model_names(model_cls: type, model: Any) -> set[str]:
@@ -83,11 +83,9 @@ class _Resolver:
         data = self.document.data
         self.check_model(data.get("model"))
         self.import_modules(data.get("imports", []))
-        outputs = self.outputs(data.get("outputs", {}), ())
-        scopes = {
-            path: SpecScope(self.outputs(value.get("outputs", {}), ("scopes", path)), value.get("options", {}))
-            for path, value in data.get("scopes", {}).items()
-        }
+        resolved = {section.scope: self.outputs(section) for section in document_sections(data)}
+        outputs = resolved.get("", {})
+        scopes = {path: SpecScope(resolved[path], value.get("options", {})) for path, value in data.get("scopes", {}).items()}
         patches = [self.patch(pattern, value) for pattern, value in data.get("patches", {}).items()]
         if self.issues:
             raise SpecError(self.issues)
@@ -128,56 +126,37 @@ class _Resolver:
                 self.fail(("imports", i), e.issues[0].message)
         self.imports = tuple(loaded)
 
-    def outputs(self, section: Mapping[str, Any], prefix: tuple[str, ...]) -> dict[str, tuple[OutputRecorder, ...]]:
-        """The recorders of an `outputs` section (top level, or of the scope `prefix` names)."""
-        return {key: self.recorders(key, value, prefix) for key, value in section.items()}
-
-    def recorders(self, key: str, value: Any, prefix: tuple[str, ...] = ()) -> tuple[OutputRecorder, ...]:
-        """The recorders of one output key (one recorder or a list of them); remembers where each is written."""
-        located: list[tuple[tuple[str | int, ...], Any]]
-        if isinstance(value, list):
-            located = [((*prefix, "outputs", key, i), v) for i, v in enumerate(value)]
-        else:
-            located = [((*prefix, "outputs", key), value)]
-        found: list[OutputRecorder] = []
-        scope = str(prefix[1]) if prefix else ""
-        for path, v in located:
-            recorder = self.recorder(key, v, path)
+    def outputs(self, section: Section) -> dict[str, tuple[OutputRecorder, ...]]:
+        """The recorders of one `outputs` section; remembers where each is written."""
+        found: dict[str, list[OutputRecorder]] = {key: [] for key in section.outputs}
+        for site in sites(section):
+            recorder = self.recorder(site)
             if recorder is not None:
-                self.locations[(scope, key, len(found))] = self.document.issue(path, "")
-                found.append(recorder)
-        return tuple(found)
+                self.locations[(site.scope, site.key, len(found[site.key]))] = self.document.issue(site.path, "")
+                found[site.key].append(recorder)
+        return {key: tuple(recorders) for key, recorders in found.items()}
 
-    def recorder(self, key: str, value: str | dict[str, Any], path: tuple[str | int, ...]) -> OutputRecorder | None:
-        """A class reference (default index for `key`) or a recorder mapping, as an OutputRecorder."""
-        if isinstance(value, str):
-            target = self.resolve(value, path)
-            return None if target is None else OutputRecorder(target_class=target, index=default_index(key))
-        target = None
-        if "target" in value:
-            target = self.resolve(value["target"], (*path, "target"))
-            if target is None:
-                return None
-        layers = value.get("layers")
+    def targets(self, site: Site) -> type | tuple[type, ...] | None:
+        """The class a recorder's `target` names, or the tuple of classes its list names (None if one fails)."""
+        target = site.value if isinstance(site.value, str) else site.value.get("target")
+        if target is None:
+            return None
+        if isinstance(target, str):
+            return self.resolve(target, site.path if isinstance(site.value, str) else (*site.path, "target"))
+        classes = [self.resolve(t, (*site.path, "target", i)) for i, t in enumerate(target)]
+        return tuple(c for c in classes if c is not None) if all(classes) else None
+
+    def recorder(self, site: Site) -> OutputRecorder | None:
+        """A class reference (default index for its key) or a recorder mapping, as an OutputRecorder."""
+        value = site.value if isinstance(site.value, Mapping) else {"target": site.value}
+        target = self.targets(site)
+        if target is None and "target" in value:
+            return None
+        fields = {f.name: value[f.key] for f in RECORDER_FIELDS if f.key in value and f.name != "target_class"}
         try:
-            return OutputRecorder(
-                target_class=target,
-                index=value.get("index", default_index(key)),
-                layer_name=value.get("layer_name"),
-                class_name=value.get("class_name"),
-                capture_initial_hidden_state=value.get("capture_initial_hidden_state", True),
-                num_hidden_layers_key=value.get("num_hidden_layers_key", _DEFAULT_LAYERS_KEY),
-                layers=None if layers is None else tuple(layers),
-                detach=value.get("detach", False),
-                to=value.get("to"),
-                dtype=value.get("dtype"),
-                input=value.get("input"),
-                positions=value.get("positions"),
-                seq_dim=value.get("seq_dim", _DEFAULT_SEQ_DIM),
-                optional=value.get("optional", False),
-            )
+            return OutputRecorder(target_class=target, **{"index": default_index(site.key), **fields})
         except (TypeError, ValueError) as e:
-            self.fail(path, str(e))
+            self.fail(site.path, str(e))
             return None
 
     def patch(self, pattern: str, value: str | dict[str, Any]) -> PatchEntry | None:

@@ -10,16 +10,17 @@ from typing import Any
 
 import yaml
 
-from ..engine import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map
+from .._recorder_fields import RECORDER_FIELDS, default_index
+from ..engine import CaptureMap, OutputRecorder, normalize_output_map
 from ..errors import SpecIssue, format_json_path
 from ._registry import ClassRegistry, default_registry
 from ._schema import SCHEMA_ID
+from ._walk import Section, section_path, sections
 
 __all__ = ["PatchEntry", "Spec", "SpecScope"]
 
-_DEFAULT_LAYERS_KEY = OutputRecorder.__dataclass_fields__["num_hidden_layers_key"].default
-_DEFAULT_SEQ_DIM = OutputRecorder.__dataclass_fields__["seq_dim"].default
-_DTYPE_NAMES = {dtype: name for name, dtype in CAPTURE_DTYPES.items()}
+# Written by `_recorder_to_data` itself: the class references, and the index (whose default depends on the key).
+_WRITTEN_APART = {"target_class", "index"}
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,12 @@ class Spec:
         found = self.locations.get((scope, key, position))
         if found is not None:
             return found
-        prefix = ("scopes", scope) if scope else ()
-        return SpecIssue("", format_json_path((*prefix, "outputs", key, position)), self.source)
+        return SpecIssue("", format_json_path((*section_path(scope), key, position)), self.source)
+
+    def sections(self) -> list[Section]:
+        """The recorders by section: the root's (when it records something or there are no scopes),
+        then each scope's; `Section.scope` is "" for the root."""
+        return sections(self.outputs, {path: scope.outputs for path, scope in self.scopes.items()})
 
     def capture_map(self) -> dict[str, list[OutputRecorder]]:
         """The outputs as a fresh `_can_record_outputs`-style dict."""
@@ -115,13 +120,14 @@ class Spec:
             document["model"] = self.model
         if self.imports:
             document["imports"] = list(self.imports)
-        if self.outputs or not self.scopes:
-            document["outputs"] = _outputs_to_data(self.outputs, registry)
-        if self.scopes:
-            document["scopes"] = {
-                path: {"outputs": _outputs_to_data(scope.outputs, registry), **({"options": dict(scope.options)} if scope.options else {})}
-                for path, scope in self.scopes.items()
-            }
+        for section in self.sections():
+            written = _outputs_to_data(section.outputs, registry)
+            if not section.scope:
+                document["outputs"] = written
+                continue
+            options = self.scopes[section.scope].options
+            scopes = document.setdefault("scopes", {})
+            scopes[section.scope] = {"outputs": written, **({"options": dict(options)} if options else {})}
         if self.options:
             document["options"] = dict(self.options)
         if self.patches:
@@ -155,41 +161,31 @@ def _outputs_to_data(outputs: Mapping[str, tuple[OutputRecorder, ...]], registry
     return data
 
 
+def _target_to_data(recorder: OutputRecorder, registry: ClassRegistry) -> str | list[str]:
+    """A recorder's target class as a class reference, a tuple of classes as a list of them."""
+    if isinstance(recorder.target_class, tuple):
+        return [_class_ref(cls, registry) for cls in recorder.target_class]
+    return _class_ref(recorder.target_classes[0], registry)
+
+
 def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistry) -> str | dict[str, Any]:
-    """A recorder as YAML data: a bare class reference when every field has its default, else an object."""
+    """A recorder as YAML data: a bare class reference when every field has its default, else an object
+    with the fields that differ from their defaults (`RECORDER_FIELDS`)."""
     if recorder.target_class is not None and recorder.class_name is not None:
         raise ValueError(
             f"Output {key!r}: a recorder with both target_class and class_name cannot be written to YAML; "
             "split it into two recorders."
         )
-    target = None if recorder.target_class is None else _class_ref(recorder.target_class, registry)
-    if target is not None and recorder == OutputRecorder(target_class=recorder.target_class, index=default_index(key)):
+    target = None if recorder.target_class is None else _target_to_data(recorder, registry)
+    if isinstance(target, str) and recorder == OutputRecorder(target_class=recorder.target_class, index=default_index(key)):
         return target
     data: dict[str, Any] = {"target": target} if target is not None else {"class_name": recorder.class_name}
     if recorder.input is None:
         data["index"] = recorder.index
     elif recorder.index != default_index(key):
         raise ValueError(f"Output {key!r}: a recorder that records an input cannot also set index={recorder.index}.")
-    else:
-        data["input"] = recorder.input
-    if recorder.layer_name is not None:
-        data["layer_name"] = recorder.layer_name
-    if not recorder.capture_initial_hidden_state:
-        data["capture_initial_hidden_state"] = False
-    if recorder.num_hidden_layers_key != _DEFAULT_LAYERS_KEY:
-        data["num_hidden_layers_key"] = recorder.num_hidden_layers_key
-    if recorder.layers is not None:
-        data["layers"] = list(recorder.layers)
-    if recorder.detach:
-        data["detach"] = True
-    if recorder.to is not None:
-        data["to"] = recorder.to
-    if recorder.dtype is not None:
-        data["dtype"] = _DTYPE_NAMES[recorder.dtype]
-    if recorder.positions is not None:
-        data["positions"] = recorder.positions if isinstance(recorder.positions, str) else list(recorder.positions)
-    if recorder.seq_dim != _DEFAULT_SEQ_DIM:
-        data["seq_dim"] = recorder.seq_dim
-    if recorder.optional:
-        data["optional"] = True
+    for field in RECORDER_FIELDS:
+        value = getattr(recorder, field.name)
+        if field.name not in _WRITTEN_APART and field.key not in data and value != field.default:
+            data[field.key] = field.write(value)
     return data

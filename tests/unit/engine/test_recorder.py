@@ -165,3 +165,49 @@ def test_normalized_tasks_of_a_bad_map_raises_like_normalize_output_map() -> Non
         with pytest.raises(TypeError) as got:
             normalized_tasks(bad)
         assert str(got.value) == str(expected.value)
+
+
+# A tuple of target classes hooks an instance of any of them (transformers' isinstance rule).
+
+
+class Mlp(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+class Mixed(nn.Module):
+    """Layers of two classes, in turn, as a model with sliding and full attention layers has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Mlp(), Block(), Mlp(), Block()])
+
+
+def test_a_tuple_target_hooks_an_instance_of_any_of_its_classes() -> None:
+    recorder = OutputRecorder(target_class=(Mlp, Block))
+    assert recorder.target_classes == (Mlp, Block)
+    assert hooked_paths(Mixed(), {"hidden_states": recorder}) == [f".layers.{i}" for i in range(4)]
+    assert hooked_paths(Mixed(), {"hidden_states": OutputRecorder((Block,))}) == [".layers.1", ".layers.3"]
+
+
+def test_a_list_target_is_stored_as_a_tuple_and_a_class_alone_stays_a_class() -> None:
+    assert OutputRecorder(target_class=[Mlp, Block]) == OutputRecorder(target_class=(Mlp, Block))
+    assert OutputRecorder(Mlp).target_class is Mlp and OutputRecorder(Mlp).target_classes == (Mlp,)
+    assert OutputRecorder(class_name=".attn").target_classes == ()
+
+
+@pytest.mark.parametrize("target", [(), (Mlp, "Block"), (Mlp, (Block,))])
+def test_a_tuple_target_holds_classes_only(target) -> None:
+    with pytest.raises(TypeError, match="a class or a non-empty tuple of classes"):
+        OutputRecorder(target_class=target)
+
+
+def test_a_foreign_recorder_with_a_tuple_target_is_converted() -> None:
+    @dataclass
+    class Foreign:
+        target_class: tuple[type, ...]
+        index: int = 0
+        num_hidden_layers_key: str = "total_num_hidden_layers"
+
+    (task,) = normalize_output_map({"hidden_states": Foreign((Mlp, Block))})
+    assert task == ("hidden_states", OutputRecorder((Mlp, Block), num_hidden_layers_key="total_num_hidden_layers"))

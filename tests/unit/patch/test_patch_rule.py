@@ -171,9 +171,7 @@ def test_retarget_replaces_each_target_and_keeps_the_other_fields() -> None:
 
 
 def test_retarget_maps_each_class_of_a_tuple_target() -> None:
-    try:
-        recorder = OutputRecorder(target_class=(TinyAttention, TinyMLP))  # type: ignore[arg-type]
-    except TypeError:
-        pytest.skip("this OutputRecorder takes one target class")
+    recorder = OutputRecorder(target_class=(TinyAttention, TinyMLP), index=1)
     retargeted = PatchRule({"TinyAttention": SdpaTinyAttention}).retarget(recorder)
-    assert retargeted.target_class == (SdpaTinyAttention, TinyMLP)
+    assert (retargeted.target_class, retargeted.index) == ((SdpaTinyAttention, TinyMLP), 1)
+    assert PatchRule({"Other": SdpaTinyAttention}).retarget(recorder) is recorder
