@@ -121,8 +121,11 @@ def model_swaps(model: nn.Module) -> dict[type, type]:
 
 def record_swaps(model: nn.Module, swaps: Iterable[tuple[type, type]]) -> Callable[[], None]:
     """Add `(original, replacement)` pairs to what the model knows of its swaps; returns the undo."""
+    added = {original: replacement for original, replacement in swaps if original is not replacement}
     before = vars(model).get(SWAPS_ATTRIBUTE)
-    vars(model)[SWAPS_ATTRIBUTE] = {**(before or {}), **{o: r for o, r in swaps if o is not r}}
+    if not added:
+        return lambda: None
+    vars(model)[SWAPS_ATTRIBUTE] = {**(before or {}), **added}
 
     def undo() -> None:
         if before is None:
