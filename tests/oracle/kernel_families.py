@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from yamltrace._versions import cache_named_cache
 from yamltrace.kernels import GatedMLP, GemmaRMSNorm, RMSNorm, SdpaAttention
 
 SEQ = 10
@@ -79,6 +80,11 @@ def cached(family: str, dtype: torch.dtype = torch.float32) -> nn.Module:
     if (family, dtype) not in _CACHE:
         _CACHE[family, dtype] = build(family, dtype)
     return _CACHE[family, dtype]
+
+
+def with_cache(cache: Any) -> dict[str, Any]:
+    """The forward keywords that pass `cache` under the installed transformers' name (`cache` from 5.24.0)."""
+    return {"cache" if cache_named_cache() else "past_key_values": cache, "use_cache": True}
 
 
 def ids(batch: int = 2, seq: int = SEQ) -> torch.Tensor:

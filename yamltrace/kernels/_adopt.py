@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from torch import nn
 
+from .._forwards import ignored_keywords_problem
 from ..errors import UnsupportedModuleError
 
 __all__ = ["UnsupportedModuleError", "adopt", "plain_linear", "refuse", "require"]
@@ -24,8 +25,12 @@ def adopt(cls: type[M], original: nn.Module) -> M:
     """A new `cls` instance holding `original`'s submodules, parameters, buffers and plain attributes.
 
     Nothing is copied: the tensors are the original's own objects. Hooks registered on the original
-    are not carried over.
+    are not carried over. A `cls` whose forward would silently ignore a keyword the original's forward
+    names is refused (`yamltrace._forwards`).
     """
+    problem = ignored_keywords_problem(type(original), cls)
+    if problem is not None:
+        raise UnsupportedModuleError(problem)
     new = cls.__new__(cls)
     nn.Module.__init__(new)
     for name, value in vars(original).items():

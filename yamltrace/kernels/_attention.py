@@ -4,7 +4,8 @@
 fused (`qkv_proj`, Phi3) projections with whatever biases the original has (Qwen2: on q/k/v, not on
 o), optional per-head `q_norm`/`k_norm` (Qwen3, Gemma3), grouped-query heads (SDPA's `enable_gqa`,
 no repeated keys), rotary embeddings (`apply_rotary`), sliding windows, the KV cache and the masks
-transformers builds. It refuses what SDPA cannot compute: attention-logit soft-capping (Gemma2).
+transformers builds. The cache comes as `cache` (transformers 5.24.0 on) or `past_key_values` (before, and
+5.24.0's deprecated name). It refuses what SDPA cannot compute: attention-logit soft-capping (Gemma2).
 
 SDPA does not expose the attention probabilities, so the weights returned are `None`: under capture,
 `attentions` is an empty tuple (a `None` element is dropped, REFERENCE rule 3).
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..modeling import CacheNameError
 from ._adopt import adopt, refuse, require
 from ._norm import GemmaRMSNorm, RMSNorm
 from ._rotary import apply_rotary
@@ -156,15 +158,18 @@ class SdpaAttention(nn.Module):
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         attention_mask: torch.Tensor | None = None,
+        cache: Any = None,
         past_key_values: Any = None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
+        """Attend; the KV cache is `cache` or, under its older name, `past_key_values` (one of them)."""
         if position_embeddings is None:
             raise ValueError(f"{type(self).__name__} needs position_embeddings (cos, sin), as the eager attention does.")
         q, k, v = self._project(hidden_states)
         q, k = apply_rotary(q, k, *position_embeddings)
-        if past_key_values is not None:
-            k, v = past_key_values.update(k, v, self.layer_idx)
+        cache = _one_cache(cache, past_key_values)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
         q_len, k_len = q.shape[-2], k.shape[-2]
         mask: torch.Tensor | None
         if attention_mask is not None:
@@ -183,6 +188,15 @@ class SdpaAttention(nn.Module):
         )
         out = out.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
         return self.o_proj(out), None
+
+
+def _one_cache(cache: Any, past_key_values: Any) -> Any:
+    """The cache passed under either name; two different ones are a `CacheNameError`."""
+    if past_key_values is None or past_key_values is cache:
+        return cache
+    if cache is not None:
+        raise CacheNameError("SdpaAttention was given two caches, `cache` and `past_key_values`: pass one, as `cache`.")
+    return past_key_values
 
 
 def _refuse_softcap(cls: type, what: nn.Module | str, softcap: float | None) -> None:

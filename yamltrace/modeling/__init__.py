@@ -3,13 +3,14 @@
 
 from ._config import Config
 from ._defaults import DEFAULT_CONFIG_ARGUMENTS, merge_with_config_defaults
-from ._outputs import BaseModelOutput, BaseModelOutputWithPast, ModelOutput
+from ._outputs import BaseModelOutput, BaseModelOutputWithPast, CacheNameError, ModelOutput
 from ._pretrained import PreTrainedModel
 
 __all__ = [
     "DEFAULT_CONFIG_ARGUMENTS",
     "BaseModelOutput",
     "BaseModelOutputWithPast",
+    "CacheNameError",
     "Config",
     "ModelOutput",
     "PreTrainedModel",

@@ -8,8 +8,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
+import torch
 from torch import nn
 
+from .._versions import use_cache_off_needs_grad
 from ..engine import plain_config_lookup
 
 __all__ = ["merge_with_config_defaults", "DEFAULT_CONFIG_ARGUMENTS"]
@@ -25,8 +27,9 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
     """Fill arguments the caller left out (or passed as `None`) from `self.config`.
 
     An explicit positional or keyword value wins, else the config's value. `use_cache=True` while
-    training with gradient checkpointing becomes False with a warning. `is_causal` from kwargs or the
-    config is set on both for the duration of the call.
+    training with gradient checkpointing becomes False with a warning (from transformers 5.24.0 on,
+    only while gradients are enabled: without them nothing is checkpointed). `is_causal` from kwargs
+    or the config is set on both for the duration of the call.
 
     Args:
         func: the `forward` to decorate (used bare, `@merge_with_config_defaults`, or called with `names`).
@@ -116,8 +119,15 @@ def _plainly_absent(cls: type) -> frozenset[str]:
     return absent
 
 
+def _checkpointing(model: nn.Module) -> bool:
+    """Whether `model`'s forward runs checkpointed layers now, by the rule of the transformers release followed."""
+    if not (model.training and getattr(model, "gradient_checkpointing", False)):
+        return False
+    return torch.is_grad_enabled() or not use_cache_off_needs_grad()
+
+
 def _checked_default(model: nn.Module, name: str, value: Any) -> Any:
-    if name == "use_cache" and value and model.training and getattr(model, "gradient_checkpointing", False):
+    if name == "use_cache" and value and _checkpointing(model):
         warnings.warn("`use_cache=True` is incompatible with gradient checkpointing. Setting `use_cache=False`.", stacklevel=3)
         return False
     if name == "vision_feature_select_strategy" and value not in _SELECT_STRATEGIES:

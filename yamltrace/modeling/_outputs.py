@@ -1,17 +1,86 @@
-"""ModelOutput: the dataclass that capture injects into, with attribute and key access."""
+"""ModelOutput: the dataclass that capture injects into, with attribute and key access.
+
+The cache field is named as the transformers release yamltrace follows names it
+(`yamltrace._versions.cache_named_cache`): from 5.24.0 it is `cache`, and `past_key_values` /
+`cache_params` are deprecated aliases of it as constructor keywords, keys (item access and
+assignment, `in`, `get`) and attributes, each use warning with a `FutureWarning`; before 5.24.0 the
+field is `past_key_values` and the other names are plain unknown names.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["ModelOutput", "BaseModelOutput", "BaseModelOutputWithPast"]
+from .._versions import cache_named_cache
+from ..errors import YamltraceError
+
+__all__ = ["ModelOutput", "BaseModelOutput", "BaseModelOutputWithPast", "CacheNameError"]
+
+_ALIASES = ("past_key_values", "cache_params")  # the deprecated names of `cache` (transformers 5.24.0 on)
+_DEPRECATED = "`past_key_values`/`cache_params` are deprecated. Use `cache` instead."  # transformers' words
+
+C = TypeVar("C", bound=type)
 
 
-class ModelOutput:
+class CacheNameError(YamltraceError, ValueError):
+    """The cache was given under two names: `cache` and a deprecated alias (`past_key_values`, `cache_params`)."""
+
+
+def _warn_deprecated(stacklevel: int) -> None:
+    """The deprecation warning for an alias of `cache`; silent while `torch.compile` traces, as transformers is."""
+    if not torch.compiler.is_compiling():
+        warnings.warn(_DEPRECATED, FutureWarning, stacklevel=stacklevel + 1)
+
+
+def _current_name(key: Any, stacklevel: int = 3) -> Any:
+    """`cache` for a deprecated alias of it when the followed release renamed the field (with a warning); else `key`."""
+    if key in _ALIASES and cache_named_cache():
+        _warn_deprecated(stacklevel)
+        return "cache"
+    return key
+
+
+def _rename_alias_keywords(kwargs: dict[str, Any]) -> None:
+    """Move a deprecated cache keyword to `cache` in place; both given is a `CacheNameError` (transformers 5.24.0's rule)."""
+    for alias in _ALIASES:
+        if alias in kwargs:
+            if "cache" in kwargs:
+                raise CacheNameError(f"An output was given both `cache` and `{alias}`, two names of one field: pass `cache` only.")
+            kwargs["cache"] = kwargs.pop(alias)
+            _warn_deprecated(3)
+            return  # like transformers, one alias is renamed; a second one stays an unknown keyword
+
+
+def _renaming(init: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if ("past_key_values" in kwargs or "cache_params" in kwargs) and cache_named_cache():
+            _rename_alias_keywords(kwargs)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+class _CacheAliasesMeta(type):
+    """Wraps the `__init__` that `@dataclass` sets on a `ModelOutput` subclass so it renames a deprecated cache keyword.
+
+    `@dataclass` sets `__init__` with `setattr` after the class is made, so the wrapping happens there
+    (a plain function, which `torch.compile` inlines), as transformers 5.24.0 does.
+    """
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if name == "__init__" and callable(value):
+            value = _renaming(value)
+        super().__setattr__(name, value)
+
+
+class ModelOutput(metaclass=_CacheAliasesMeta):
     """Base of model outputs: a dataclass readable as attributes, as a mapping, or as a tuple.
 
     Keys are the fields that are not `None`, in declaration order, followed by keys added with item
@@ -36,27 +105,74 @@ class ModelOutput:
 
     def __getitem__(self, key: str | int | slice) -> Any:
         if isinstance(key, str):
+            key = _current_name(key)
             if key not in self.keys():
                 raise KeyError(key)
             return getattr(self, key)
         return self.to_tuple()[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
+        key = _current_name(key)
         if key not in self._field_names():
             self.__dict__.setdefault("_extra_keys", []).append(key)
         setattr(self, key, value)
 
     def get(self, key: str, default: Any = None) -> Any:
+        key = _current_name(key)
         return getattr(self, key) if key in self.keys() else default
 
     def __contains__(self, key: object) -> bool:
-        return key in self.keys()
+        return _current_name(key) in self.keys()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
     def __len__(self) -> int:
         return len(self.keys())
+
+    # The aliases as attributes. A subclass field of the same name (before 5.24.0) shadows them.
+    @property
+    def past_key_values(self) -> Any:
+        """The cache (a deprecated alias of `cache` from transformers 5.24.0 on; before, a field of its own)."""
+        return self._alias("past_key_values")
+
+    @past_key_values.setter
+    def past_key_values(self, value: Any) -> None:
+        self._set_alias("past_key_values", value)
+
+    @property
+    def cache_params(self) -> Any:
+        """The cache (a deprecated alias of `cache` from transformers 5.24.0 on)."""
+        return self._alias("cache_params")
+
+    @cache_params.setter
+    def cache_params(self, value: Any) -> None:
+        self._set_alias("cache_params", value)
+
+    def _alias(self, name: str) -> Any:
+        if cache_named_cache():
+            _warn_deprecated(3)
+            return getattr(self, "cache")
+        if name in self.__dict__:  # before 5.24.0, a plain attribute of an output without the field
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _set_alias(self, name: str, value: Any) -> None:
+        if cache_named_cache():
+            _warn_deprecated(3)
+            self.cache = value
+        else:
+            self.__dict__[name] = value
+
+
+def _cache_field(cls: C) -> C:
+    """Before transformers 5.24.0, rename the class's `cache` field to `past_key_values` (apply under `@dataclass`)."""
+    if not cache_named_cache():
+        annotations = vars(cls)["__annotations__"]
+        cls.__annotations__ = {("past_key_values" if name == "cache" else name): kind for name, kind in annotations.items()}
+        type.__setattr__(cls, "past_key_values", vars(cls)["cache"])
+        type.__delattr__(cls, "cache")
+    return cls
 
 
 @dataclass
@@ -69,10 +185,13 @@ class BaseModelOutput(ModelOutput):
 
 
 @dataclass
+@_cache_field
 class BaseModelOutputWithPast(ModelOutput):
-    """`BaseModelOutput` with the key/value cache of an autoregressive model."""
+    """`BaseModelOutput` with the key/value cache of an autoregressive model, in `cache` (transformers
+    5.24.0 on; `past_key_values` and `cache_params` are its deprecated aliases) or, before 5.24.0, in
+    `past_key_values`."""
 
     last_hidden_state: torch.Tensor | None = None
-    past_key_values: Any = None
+    cache: Any = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._forwards import ignored_keywords_problem
 from ..errors import PatchError, PatchProblem
 from ..spec._patch_rule import PatchRule, device_type
 from ._handle import Replacement
@@ -61,7 +62,7 @@ def _target_modules(modules: Any) -> list[ModuleType]:
 
 
 def _signature_problem(original: type, replacement: type) -> str | None:
-    """Why `replacement(...)` cannot be called every way `original(...)` can, or None.
+    """Why `replacement(...)` cannot be called every way `original(...)` can (or its forward would ignore a keyword), or None.
 
     Binds placeholders for each of the original's named parameters, passed positionally and then by
     keyword, to the replacement's signature (`inspect.signature(...).bind`), so nothing is built.
@@ -88,7 +89,7 @@ def _signature_problem(original: type, replacement: type) -> str | None:
                 f"{original.__module__}.{original.__qualname__}{expected}: called as ({shown}): {error}. "
                 "Give the replacement a constructor that accepts the original's arguments."
             )
-    return None
+    return ignored_keywords_problem(original, replacement)
 
 
 def _attribute_plan(modules: list[ModuleType], rule: PatchRule) -> list[tuple[ModuleType, str, type, type]]:

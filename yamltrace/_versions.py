@@ -1,0 +1,65 @@
+"""Which transformers release's semantics yamltrace follows: the installed one, else the newest supported.
+
+The version is read from the installed distribution's metadata (`importlib.metadata`), so asking
+never imports transformers (nor torch). Each rule that changed between supported releases has one
+named predicate here, and the code that follows the rule calls it at the moment it applies the
+rule; docs/semantics.md ("Differences between transformers versions") lists them.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+
+__all__ = [
+    "NEWEST_SUPPORTED",
+    "cache_named_cache",
+    "parse_version",
+    "transformers_version",
+    "use_cache_off_needs_grad",
+]
+
+Version = tuple[int, int, int]
+
+# The newest transformers release whose semantics yamltrace follows; also what it follows without transformers.
+NEWEST_SUPPORTED: Version = (5, 24, 0)
+# transformers 5.24.0: outputs and forwards name the cache `cache` (`past_key_values` / `cache_params` deprecated aliases).
+CACHE_NAMED_CACHE: Version = (5, 24, 0)
+# transformers 5.24.0: gradient checkpointing forces `use_cache` off only while gradients are enabled.
+USE_CACHE_OFF_NEEDS_GRAD: Version = (5, 24, 0)
+
+_RELEASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> Version:
+    """`(major, minor, micro)` of a version string such as "5.24.0", "5.24.0.dev0" or "5.24"."""
+    found = _RELEASE.match(text.strip())
+    if found is None:
+        raise ValueError(f"not a transformers version: {text!r}")
+    return int(found[1]), int(found[2]), int(found[3] or 0)
+
+
+_followed: Version | None = None  # read once; a plain global, which `torch.compile` reads without tracing the reading
+
+
+def transformers_version() -> Version:
+    """The installed transformers release (read once), or `NEWEST_SUPPORTED` when transformers is not installed."""
+    global _followed
+    if _followed is None:
+        try:
+            _followed = parse_version(metadata.version("transformers"))
+        except (metadata.PackageNotFoundError, ValueError):
+            _followed = NEWEST_SUPPORTED
+    return _followed
+
+
+def cache_named_cache() -> bool:
+    """Whether the model outputs' cache field is `cache`, with `past_key_values` / `cache_params` as
+    deprecated aliases (transformers 5.24.0 on); before, the field is `past_key_values`."""
+    return transformers_version() >= CACHE_NAMED_CACHE
+
+
+def use_cache_off_needs_grad() -> bool:
+    """Whether `merge_with_config_defaults` forces `use_cache` off under gradient checkpointing only while
+    `torch.is_grad_enabled()` (transformers 5.24.0 on); before, also under `torch.no_grad()`."""
+    return transformers_version() >= USE_CACHE_OFF_NEEDS_GRAD
