@@ -28,6 +28,7 @@ __all__ = [
     "PatternError",
     "PositionError",
     "FolderError",
+    "CacheNameError",
     "format_json_path",
     "did_you_mean",
 ]
@@ -208,3 +209,7 @@ class PositionError(YamltraceError, ValueError):
 
 class FolderError(YamltraceError, ValueError):
     """A file of an untrusted folder (checkpoint, activations, spec folder) that yamltrace refuses to read."""
+
+
+class CacheNameError(YamltraceError, ValueError):
+    """The cache was given under two names: `cache` and a deprecated alias (`past_key_values`, `cache_params`)."""
