@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -24,8 +23,9 @@ from torch import nn
 from .engine import OutputRecorder, scope_modules
 from .errors import SpecError, SpecIssue
 from .spec import PatchEntry, Spec
+from .spec._patch_rule import PatchRule, model_device, model_swaps, retarget_spec
 
-__all__ = ["check_recorders", "check_patches", "patch_targets", "retarget_to_patches", "warn_no_tensor", "dead_hints"]
+__all__ = ["check_recorders", "check_patches", "patch_targets", "retarget_to_patches", "spec_rule", "warn_no_tensor", "dead_hints"]
 
 
 def _closest(word: str, choices: Iterable[str]) -> list[str]:
@@ -104,50 +104,39 @@ def check_recorders(
     warnings.warn(str(SpecError(issues)), stacklevel=4)
 
 
-def _entry_for(name: str, patches: tuple[PatchEntry, ...]) -> PatchEntry | None:
-    """The patch entry selecting class `name`: an exact pattern wins, then each as a regex in order."""
-    for entry in patches:
-        if entry.pattern == name:
-            return entry
-    for entry in patches:
-        try:
-            if re.search(entry.pattern, name):
-                return entry
-        except re.error:
-            continue
-    return None
+def spec_rule(model: nn.Module, spec: Spec) -> PatchRule:
+    """The rule of the spec's patches on the model's device (entries for other devices take no part)."""
+    return PatchRule.for_entries(spec.patches, model_device(model))
 
 
 def patch_targets(model: nn.Module, spec: Spec) -> list[tuple[PatchEntry, list[str]]]:
-    """For each patch entry, the paths of the modules whose class it selects (as patch_model would)."""
-    targets: dict[int, list[str]] = {id(entry): [] for entry in spec.patches}
+    """For each patch entry, the paths of the modules it replaces, as `patch_model` selects them on the
+    CPU or on a device an entry names (an entry for `cuda` is judged on `cuda`)."""
+    devices = sorted({"cpu", *(e.device for e in spec.patches if e.device)})
+    rules = [PatchRule.for_entries(spec.patches, device) for device in devices]
+    targets: dict[str, list[str]] = {e.pattern: [] for e in spec.patches}
     for path, module in model.named_modules():
-        entry = _entry_for(type(module).__name__, spec.patches)
-        if entry is not None:
-            targets[id(entry)].append(path or "<root>")
-    return [(entry, targets[id(entry)]) for entry in spec.patches]
-
-
-def _device_type(model: nn.Module) -> str:
-    parameter = next(model.parameters(), None)
-    return "cpu" if parameter is None else parameter.device.type
+        for key in {rule.key_for(type(module).__name__) for rule in rules} - {None}:
+            targets[str(key)].append(path or "<root>")
+    return [(entry, targets[entry.pattern]) for entry in spec.patches]
 
 
 def check_patches(model: nn.Module, spec: Spec) -> None:
     """`SpecError` when the spec's patches would still replace modules of the model (trace applies none)."""
-    if not spec.patches:
+    rule = spec_rule(model, spec)
+    if not rule:
         return
-    device, issues = _device_type(model), []
+    issues = []
     for path, module in model.named_modules():
-        entry = _entry_for(type(module).__name__, spec.patches)
-        if entry is None or isinstance(module, entry.replacement) or entry.device not in (None, device):
+        key = rule.key_for(type(module).__name__)
+        if key is None or isinstance(module, rule.mapping[key]):
             continue
         issues.append(
             SpecIssue(
                 f"trace does not apply a spec's patches, and {path or '<root>'} ({type(module).__name__}) would "
-                f"become {entry.replacement.__name__}. Apply them first: `handle = yamltrace.patch_model(model, spec)` "
+                f"become {rule.mapping[key].__name__}. Apply them first: `handle = yamltrace.patch_model(model, spec)` "
                 "(undo with `handle.remove()`), or load the model with `yamltrace.from_pretrained(cls, path, spec=spec)`.",
-                f"$.patches[{entry.pattern!r}]",
+                f"$.patches[{key!r}]",
                 spec.source,
             )
         )
@@ -155,24 +144,11 @@ def check_patches(model: nn.Module, spec: Spec) -> None:
         raise SpecError(issues[:1] if len({i.json_path for i in issues}) == 1 else issues)
 
 
-def retarget_to_patches(spec: Spec) -> Spec:
-    """The spec with each recorder's target class swapped for its patch replacement, as
-    `patch_output_recorders` does for a model's own maps (the model is patched: `check_patches`)."""
-    if not spec.patches:
-        return spec
-
-    def retarget(outputs: Mapping[str, tuple[OutputRecorder, ...]]) -> dict[str, tuple[OutputRecorder, ...]]:
-        result: dict[str, tuple[OutputRecorder, ...]] = {}
-        for key, recorders in outputs.items():
-            retargeted = []
-            for r in recorders:
-                entry = None if not isinstance(r.target_class, type) else _entry_for(r.target_class.__name__, spec.patches)
-                retargeted.append(r if entry is None else dataclasses.replace(r, target_class=entry.replacement))
-            result[key] = tuple(retargeted)
-        return result
-
-    scopes = {path: dataclasses.replace(s, outputs=retarget(s.outputs)) for path, s in spec.scopes.items()}
-    return dataclasses.replace(spec, outputs=retarget(spec.outputs), scopes=scopes)
+def retarget_to_patches(model: nn.Module, spec: Spec) -> Spec:
+    """The spec with its recorders (root and every scope) retargeted to the model's own swaps (whatever
+    patched it) and to the spec's patches on the model's device, as `patch_output_recorders` retargets
+    a model's own maps (the model is patched: `check_patches`)."""
+    return retarget_spec(spec, PatchRule(spec_rule(model, spec).mapping, model_swaps(model)))
 
 
 _warned: weakref.WeakSet[nn.Module] = weakref.WeakSet()

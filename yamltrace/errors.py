@@ -3,7 +3,9 @@
 Errors are data rendered late. A `SpecIssue` is one located problem in a spec (file, line, column,
 JSON path, message); `SpecError` carries all of them and renders each as
 `file:line:column: $.json.path: message`, so text, JSON and CI annotations share one source.
-A `PatchProblem` is one reason a patch cannot apply; `PatchError` carries all of them.
+A `PatchProblem` is one reason a patch cannot apply; `PatchError` carries all of them. Each error is
+also importable where its users meet it (`yamltrace.extraction.ExtractError`,
+`yamltrace.kernels.UnsupportedModuleError`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ __all__ = [
     "PatchProblem",
     "PatchError",
     "CaptureError",
+    "ExtractError",
+    "UnsupportedModuleError",
+    "PatternError",
+    "PositionError",
     "FolderError",
+    "CacheNameError",
     "format_json_path",
     "did_you_mean",
 ]
@@ -182,5 +189,27 @@ class CaptureError(YamltraceError, IndexError):
     """A capture cannot record what its recorder asks for (an index past a module's tuple output)."""
 
 
+class ExtractError(YamltraceError, ValueError):
+    """An extraction cannot start or continue: bad input, a directory from another run, mixed shapes."""
+
+
+class UnsupportedModuleError(YamltraceError, TypeError):
+    """A shipped kernel cannot replace this module (or be built from this config): the message says why."""
+
+
+class PatternError(YamltraceError, ValueError):
+    """A patch key that is not a pattern a spec may use; the message says why and how to fix it (a spec
+    check reports it as a located `SpecIssue`)."""
+
+
+class PositionError(YamltraceError, ValueError):
+    """A captured tensor has no such dimension or positions; the collector adds which module and key
+    and raises it as a `CaptureError`."""
+
+
 class FolderError(YamltraceError, ValueError):
     """A file of an untrusted folder (checkpoint, activations, spec folder) that yamltrace refuses to read."""
+
+
+class CacheNameError(YamltraceError, ValueError):
+    """The cache was given under two names: `cache` and a deprecated alias (`past_key_values`, `cache_params`)."""

@@ -81,7 +81,7 @@ def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[lis
             return _model_scopes(model), None
         # from_pretrained set the attached spec's top-level map on the instance, retargeted to patched
         # classes, and applied its patches: its scopes are retargeted the same way here.
-        return _spec_scopes(model, retarget_to_patches(attached), normalized_tasks(_map_of(model)), strict=False), None
+        return _spec_scopes(model, retarget_to_patches(model, attached), normalized_tasks(_map_of(model)), strict=False), None
     if isinstance(spec, (str, os.PathLike)):
         spec = load_spec(spec, for_model=model)
     elif isinstance(spec, Mapping) and not isinstance(spec, Spec):
@@ -89,7 +89,7 @@ def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[lis
     if not isinstance(spec, Spec):
         raise TypeError(f"trace() takes a Spec, a spec path or a capture dict, got {type(spec).__name__}.")
     check_patches(model, spec)
-    spec = retarget_to_patches(spec)
+    spec = retarget_to_patches(model, spec)
     root_tasks = tuple((key, r) for key, recorders in spec.outputs.items() for r in recorders)
     return _spec_scopes(model, spec, root_tasks, strict), spec
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -13,8 +16,10 @@ from transformers import monkey_patching as hf
 from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeTopKRouter
 
 from yamltrace import patch as ours
+from yamltrace.spec._patch_rule import PatchRule
 from yamltrace.kernels import SdpaLlamaAttention
 from yamltrace.patch import apply_patches, patch_model, patch_output_recorders
+from yamltrace.spec import load_spec
 from yamltrace.tracing import trace
 
 pytestmark = pytest.mark.oracle
@@ -35,7 +40,7 @@ def empty_transformers_registry():
 @given(keys=st.lists(st.sampled_from(KEYS), unique=True), name=st.sampled_from(NAMES))
 def test_lookup_equals_transformers(keys, name):
     mapping = {key: REPLACEMENTS[KEYS.index(key)] for key in keys}
-    assert ours.find_replacement(name, mapping) is hf._find_replacement_class(name, mapping)
+    assert PatchRule(mapping).replacement_for(name) is hf._find_replacement_class(name, mapping)
 
 
 def outcome(call) -> type | None:
@@ -243,3 +248,130 @@ def test_a_broad_pattern_swaps_only_module_classes_of_the_model_modules():
         assert transformers.modeling_utils.AttentionInterface is interface
         assert mistral.MistralAttention.__name__ == "MistralAttention"
     assert transformers.models.llama.modeling_llama.LlamaAttention.__name__ == "LlamaAttention"
+
+
+# ------------------------------------------------- apply_patches() without modules: transformers' reach
+
+
+class _CustomLlamaAttention(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+
+
+def _refusing_module(name: str, refused: str):
+    """A module named `transformers...` whose attribute `refused` cannot be set (a swap failing halfway)."""
+
+    class Refusing(types.ModuleType):
+        def __setattr__(self, key, value):
+            if key == refused and value is not Block:
+                raise ImportError(f"{key} cannot be swapped here")
+            super().__setattr__(key, value)
+
+    class Block(nn.Module):
+        pass
+
+    module = Refusing(name)
+    module.FirstBlock = Block
+    module.SecondBlock = Block
+    return module, Block
+
+
+def test_apply_patches_without_modules_reaches_every_loaded_transformers_module_and_nothing_else():
+    import transformers.models.mistral.modeling_mistral as mistral
+    from transformers.models.llama import modeling_llama
+
+    outside = types.ModuleType("not_transformers_probe")
+    outside.LlamaAttention = modeling_llama.LlamaAttention
+    sys.modules[outside.__name__] = outside
+    try:
+        with apply_patches({"^(Llama|Mistral)Attention$": _CustomLlamaAttention}) as replaced:
+            assert modeling_llama.LlamaAttention is mistral.MistralAttention is _CustomLlamaAttention
+            assert outside.LlamaAttention.__name__ == "LlamaAttention"
+        assert {r.path for r in replaced} >= {
+            "transformers.models.llama.modeling_llama.LlamaAttention",
+            "transformers.models.mistral.modeling_mistral.MistralAttention",
+        }
+    finally:
+        del sys.modules[outside.__name__]
+    assert modeling_llama.LlamaAttention.__name__ == "LlamaAttention" and mistral.MistralAttention.__name__ == "MistralAttention"
+
+
+def test_apply_patches_without_modules_restores_everything_when_the_block_raises():
+    from transformers.models.llama import modeling_llama
+
+    original = modeling_llama.LlamaAttention
+    ours.register_patch_mapping({"LlamaAttention": _CustomLlamaAttention})
+    with pytest.raises(RuntimeError, match="inside the block"):
+        with apply_patches():
+            assert modeling_llama.LlamaAttention is _CustomLlamaAttention
+            raise RuntimeError("inside the block")
+    assert modeling_llama.LlamaAttention is original  # transformers' own apply_patches leaves the replacement
+
+
+def test_apply_patches_without_modules_restores_everything_when_a_swap_fails_halfway():
+    from transformers.models.llama import modeling_llama
+
+    original = modeling_llama.LlamaAttention
+    module, block = _refusing_module("transformers_yamltrace_probe", "SecondBlock")
+    sys.modules[module.__name__] = module  # loaded last: the swaps in transformers' modules come first
+    try:
+        with pytest.raises(ImportError, match="SecondBlock cannot be swapped"):
+            with apply_patches({"LlamaAttention": _CustomLlamaAttention, "Block$": _CustomLlamaAttention}):
+                pass  # never reached
+        assert modeling_llama.LlamaAttention is original
+        assert module.FirstBlock is block and module.SecondBlock is block
+    finally:
+        del sys.modules[module.__name__]
+
+
+# ------------------------------------------------------- any spec follows the model's own swaps
+
+
+def _tiny_mixtral():
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return MixtralForCausalLM(config).eval()
+
+
+SWAP_NORMS = {"yamltrace": 1, "patches": {"MixtralRMSNorm": "yamltrace.kernels:RMSNorm"}}
+
+
+def _norm_captures(model):
+    inputs = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), trace(model, "builtin:mixtral") as captured:
+        model(inputs)
+    return captured["resid_mid"], captured["final_norm"]
+
+
+def test_a_spec_traced_on_a_loaded_model_follows_the_swaps_it_was_built_with(tmp_path):
+    from transformers import MixtralForCausalLM
+
+    from yamltrace import from_pretrained
+    from yamltrace.kernels import RMSNorm
+
+    original = _tiny_mixtral()
+    original.save_pretrained(tmp_path)
+    expected = _norm_captures(original)
+    model = from_pretrained(MixtralForCausalLM, tmp_path, spec=SWAP_NORMS, attn_implementation="eager").eval()
+    assert isinstance(model.model.norm, RMSNorm)
+    resid_mid, final_norm = _norm_captures(model)  # builtin:mixtral names MixtralRMSNorm, not RMSNorm
+    assert len(resid_mid) == 2 and len(final_norm) == 1
+    for got, want in zip([*resid_mid, *final_norm], [*expected[0], *expected[1]], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_a_spec_traced_after_patch_model_follows_its_swaps_until_they_are_undone():
+    from yamltrace.kernels import RMSNorm
+
+    model = _tiny_mixtral()
+    expected = _norm_captures(model)
+    with patch_model(model, load_spec(SWAP_NORMS)) as handle:
+        assert any(r.replacement is RMSNorm for r in handle.replaced)
+        resid_mid, final_norm = _norm_captures(model)
+        assert len(resid_mid) == 2 and len(final_norm) == 1
+        torch.testing.assert_close(final_norm[0], expected[1][0], atol=1e-5, rtol=0)
+    assert [len(c) for c in _norm_captures(model)] == [2, 1]  # the originals again, hooked as before

@@ -13,8 +13,8 @@ from torch import nn
 from yamltrace import SpecError, load_spec, patch_model, trace, validate_spec
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyModel
 from yamltrace.kernels import SdpaTinyAttention
-from yamltrace.patch import resolve_mapping
-from yamltrace.patch._handle import device_matches
+from yamltrace.patch._registry import resolve_rule
+from yamltrace.spec._patch_rule import device_matches
 
 TINY_SPEC = "yamltrace: 1\nmodel: TinyModel\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: TinyDecoderLayer\n"
 
@@ -152,6 +152,6 @@ def test_a_patch_for_cuda_0_is_left_out_on_cpu() -> None:
         "  TinyAttention: {replace_with: yamltrace.kernels:SdpaTinyAttention, device: 'cuda:0'}\n"
         "  TinyMLP: {replace_with: yamltrace.examples.tiny:TinyMLP, device: cpu}\n"
     )
-    assert list(resolve_mapping(spec, "cpu")) == ["TinyMLP"]
-    assert list(resolve_mapping(spec, "cuda:0")) == ["TinyAttention"]
-    assert list(resolve_mapping(spec, "cuda:1")) == []
+    assert list(resolve_rule(spec, "cpu").mapping) == ["TinyMLP"]
+    assert list(resolve_rule(spec, "cuda:0").mapping) == ["TinyAttention"]
+    assert list(resolve_rule(spec, "cuda:1").mapping) == []

@@ -21,6 +21,7 @@ from ..engine import CAPTURE_MAP_ATTRIBUTE, attach_spec
 from ..errors import PatchError
 from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
+from ..spec._patch_rule import PatchRule, record_swaps, retarget_spec
 from ._hub import HUB_OPTIONS, hub_options, hub_snapshot, hub_spec_file, is_hub_id
 from ._spec_file import SPEC_FILE, SpecSource, checkpoint_spec
 from ._weights import CONFIG_FILE, load_strict, read_weights, weights_file
@@ -94,18 +95,21 @@ _RECURSIVE_PATCH = (
 
 
 def _attach(model: M, spec: Spec | None, device: str | torch.device | None) -> M:
-    """Give the model the spec's capture map (per instance), retargeted to the patched classes."""
+    """Give the model the spec's capture map (per instance); it and the model's own maps retargeted to
+    the classes the spec's patches replaced while the model was built (the same rule, `_build_rule`)."""
     if spec is None:
         return model
+    rule = _build_rule(spec, device)
+    patch_output_recorders(model, rule)  # the maps of the model's own (decorated) modules, per instance
     # setattr: nn.Module's __setattr__ is typed for modules and tensors only.
-    setattr(model, CAPTURE_MAP_ATTRIBUTE, spec.capture_map())
-    patch_output_recorders(model, spec, device=device)
+    setattr(model, CAPTURE_MAP_ATTRIBUTE, retarget_spec(spec, rule).capture_map())
     attach_spec(model, spec)
     return model
 
 
-def _device_name(device: str | torch.device | None) -> str | None:
-    return None if device is None else str(torch.device(device))
+def _build_rule(spec: Spec | None, device: str | torch.device | None) -> PatchRule:
+    """The patch rule a load builds under and retargets by: the spec's entries for the load's device."""
+    return PatchRule.for_entries(() if spec is None else spec.patches, "cpu" if device is None else str(torch.device(device)))
 
 
 MAX_CONFIG_BYTES = 16 * 2**20  # bytes of a yamltrace model's config.json (a real one is under 10 KB)
@@ -181,11 +185,12 @@ def _build_under_spec(
     with _spec_imports_undone_on_failure() as spec_resolved:
         resolved = checkpoint_spec(model_cls, shipped, spec=spec, overrides=overrides, trust_imports=trust_imports)
         spec_resolved()
-        with apply_patches(resolved or {}, modules=model_cls, device=_device_name(device) or "cpu"):
+        with apply_patches(_build_rule(resolved, device), modules=model_cls) as swapped:
             try:
                 model = construct()
             except RecursionError:
                 raise PatchError([_RECURSIVE_PATCH]) from None
+        record_swaps(model, [(r.original, r.replacement) for r in swapped if isinstance(r.original, type)])
         if finish is not None:
             finish(model)
     return model, resolved

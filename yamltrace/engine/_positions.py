@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._recorder_fields import slice_problem
+from ..errors import PositionError
 
 if TYPE_CHECKING:
     from ._recorder import OutputRecorder
@@ -24,10 +25,6 @@ __all__ = ["InputSource", "PositionError", "Transform", "normalize_input", "norm
 
 # What a recorder's `positions` / `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
 Transform = Callable[[Any], Any]
-
-
-class PositionError(ValueError):
-    """A captured tensor has no such dimension or positions; the collector adds which module and key."""
 
 
 def normalize_input(value: Any) -> int | str | None:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from .._folder import safetensors_header
-from ..errors import YamltraceError
+from ..errors import ExtractError, YamltraceError
 
 __all__ = [
     "ExtractError",
@@ -71,10 +71,6 @@ def dtype_code(dtype: torch.dtype) -> str:
         return _CODES[dtype]
     except KeyError:
         raise ExtractError(f"cannot store tensors of dtype {dtype} in safetensors shards; cast them (recorder dtype:).") from None
-
-
-class ExtractError(YamltraceError, ValueError):
-    """An extraction cannot start or continue: bad input, a directory from another run, mixed shapes."""
 
 
 def shard_name(rank: int, seq: int) -> str:

@@ -14,15 +14,11 @@ from typing import TypeVar
 from torch import nn
 
 from .._forwards import ignored_keywords_problem
-from ..errors import YamltraceError
+from ..errors import UnsupportedModuleError
 
 __all__ = ["UnsupportedModuleError", "adopt", "plain_linear", "refuse", "require"]
 
 M = TypeVar("M", bound=nn.Module)
-
-
-class UnsupportedModuleError(YamltraceError, TypeError):
-    """A shipped kernel cannot replace this module (or be built from this config): the message says why."""
 
 
 def adopt(cls: type[M], original: nn.Module) -> M:

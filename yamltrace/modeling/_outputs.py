@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import torch
 
 from .._versions import cache_named_cache
-from ..errors import YamltraceError
+from ..errors import CacheNameError
 
 __all__ = ["ModelOutput", "BaseModelOutput", "BaseModelOutputWithPast", "CacheNameError"]
 
@@ -26,10 +26,6 @@ _ALIASES = ("past_key_values", "cache_params")  # the deprecated names of `cache
 _DEPRECATED = "`past_key_values`/`cache_params` are deprecated. Use `cache` instead."  # transformers' words
 
 C = TypeVar("C", bound=type)
-
-
-class CacheNameError(YamltraceError, ValueError):
-    """The cache was given under two names: `cache` and a deprecated alias (`past_key_values`, `cache_params`)."""
 
 
 def _warn_deprecated(stacklevel: int) -> None:

@@ -1,6 +1,7 @@
 """Construction-time swaps: `apply_patches` rebinds model classes in their modules while a model is built.
 
-Module attributes are process-wide, so blocks are serialised by a lock and undone on exit.
+Module attributes are process-wide, so blocks are serialised by a lock, and every attribute changed is
+restored on exit, whatever happens inside the block or while the swaps are being made.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import contextlib
 import inspect
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -18,8 +19,9 @@ from torch import nn
 
 from .._forwards import ignored_keywords_problem
 from ..errors import PatchError, PatchProblem
-from ._handle import Replacement, device_type
-from ._registry import MappingLike, find_replacement, resolve_mapping
+from ..spec._patch_rule import PatchRule, device_type
+from ._handle import Replacement
+from ._registry import MappingLike, resolve_rule
 
 __all__ = ["apply_patches"]
 
@@ -28,8 +30,15 @@ __all__ = ["apply_patches"]
 _construction_lock = threading.RLock()
 
 
+def _transformers_modules() -> list[ModuleType]:
+    """Every loaded module whose name starts with `transformers` (transformers' own reach)."""
+    return [m for m in list(sys.modules.values()) if isinstance(m, ModuleType) and m.__name__.startswith("transformers")]
+
+
 def _target_modules(modules: Any) -> list[ModuleType]:
     """The Python modules to patch: modules, names of imported modules, or model classes (their MRO's modules)."""
+    if modules is None:
+        return _transformers_modules()
     items = [modules] if isinstance(modules, (ModuleType, str, type)) else list(modules)
     found: dict[str, ModuleType] = {}
     for item in items:
@@ -83,14 +92,17 @@ def _signature_problem(original: type, replacement: type) -> str | None:
     return ignored_keywords_problem(original, replacement)
 
 
-def _attribute_plan(modules: list[ModuleType], mapping: Mapping[str, type]) -> list[tuple[ModuleType, str, type, type]]:
-    """(module, attribute, original, replacement) for each `nn.Module` class attribute the mapping selects."""
+def _attribute_plan(modules: list[ModuleType], rule: PatchRule) -> list[tuple[ModuleType, str, type, type]]:
+    """(module, attribute, original, replacement) for each `nn.Module` class attribute the rule selects.
+
+    Reads each module's namespace as it is (`vars`): nothing is imported, also not a lazy module's
+    attributes that were never loaded."""
     plan = []
     for module in modules:
         for name, value in list(vars(module).items()):
             if not (isinstance(value, type) and issubclass(value, nn.Module)):
                 continue
-            replacement = find_replacement(name, mapping)
+            replacement = rule.replacement_for(name)
             if replacement is not None and replacement is not value:
                 plan.append((module, name, value, replacement))
     return plan
@@ -100,35 +112,40 @@ def _attribute_plan(modules: list[ModuleType], mapping: Mapping[str, type]) -> l
 def apply_patches(
     mapping: MappingLike = None,
     *,
-    modules: Any,
+    modules: Any = None,
     device: str | torch.device | None = None,
 ) -> Iterator[tuple[Replacement, ...]]:
-    """Build models with replacement classes: inside the block, the named modules' classes are swapped.
+    """Build models with replacement classes: inside the block, the selected modules' classes are swapped.
 
     Args:
         mapping: `pattern -> replacement class`, a `Spec`, or None for the registered mapping.
         modules: where to swap: a model class (the modules defining it and its bases), a module, an
-            imported module's name, or a list of them. Nothing else in the process is touched; a
-            composite model whose sub-models live in other modules needs those named too.
+            imported module's name, or a list of them; nothing else in the process is touched (a
+            composite model whose sub-models live in other modules needs those named too). This is
+            the recommended form. None (the default, transformers' `apply_patches()`) swaps in every
+            loaded module whose name starts with `transformers`: a process-wide change.
         device: selects a Spec's device-conditioned entries (default: torch's default device).
 
-    Only attributes that are `nn.Module` subclasses are swapped. Each replacement's constructor is
-    checked against the original's before anything changes (PatchError listing every mismatch). The
-    originals are restored when the block exits, also on exception. Yields the `Replacement`s made.
+    Only attributes that are `nn.Module` subclasses are swapped, and no module is imported. With
+    `modules=`, each replacement's constructor is checked against the original's before anything
+    changes (PatchError listing every mismatch); the process-wide form swaps what transformers swaps,
+    so a class whose constructor does not fit fails when it is built. Every attribute changed is
+    restored when the block exits, also when the block raises and when a swap fails halfway. Yields
+    the `Replacement`s made.
 
-    Module attributes are process-wide, so blocks are serialised by a lock: a second thread waits
-    until the first block exits, and each builds with its own mapping only. Code building models in
-    another thread *without* `apply_patches` while a block is open would see its classes; do not hold
-    the block open longer than construction.
+    Thread safety: module attributes are process-wide, so blocks are serialised by a lock (re-entrant
+    in one thread): a second thread's block waits until the first exits, and each builds with its own
+    mapping only. Code that builds models in another thread *without* `apply_patches` while a block
+    is open sees the replacements; keep the block to the construction.
     """
-    resolved = resolve_mapping(mapping, device_type(device, torch.get_default_device().type))
-    targets = _target_modules(modules)
-    if not resolved:
+    rule = resolve_rule(mapping, device_type(device, torch.get_default_device().type))
+    if not rule:
         yield ()
         return
     with _construction_lock:
-        plan = _attribute_plan(targets, resolved)
-        problems = {p: name for _, name, o, r in plan if (p := _signature_problem(o, r)) is not None}
+        targets = _target_modules(modules)
+        plan = _attribute_plan(targets, rule)
+        problems = {} if modules is None else {p: n for _, n, o, r in plan if (p := _signature_problem(o, r)) is not None}
         if problems:
             raise PatchError(PatchProblem(message, name) for message, name in problems.items())
         done: list[tuple[ModuleType, str, type]] = []
@@ -138,5 +155,16 @@ def apply_patches(
                 done.append((module, name, original))
             yield tuple(Replacement(f"{m.__name__}.{n}", o, r, "attribute") for m, n, o, r in plan)
         finally:
-            for module, name, original in reversed(done):
-                setattr(module, name, original)
+            _restore(done)
+
+
+def _restore(done: list[tuple[ModuleType, str, type]]) -> None:
+    """Set every changed attribute back, last first; the first failure is raised after all were tried."""
+    failure: BaseException | None = None
+    for module, name, original in reversed(done):
+        try:
+            setattr(module, name, original)
+        except BaseException as error:  # keep restoring the others
+            failure = failure or error
+    if failure is not None:
+        raise failure

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -13,9 +13,10 @@ from .._forwards import ignored_keywords_problem
 from ..engine import invalidate
 from ..errors import PatchError, PatchProblem, did_you_mean
 from ..spec import load_spec
-from ._handle import PatchHandle, Replacement, device_type, model_device
+from ..spec._patch_rule import PatchRule, device_type, model_device, record_swaps
+from ._handle import PatchHandle, Replacement
 from ._recorders import patch_output_recorders
-from ._registry import MappingLike, find_key, resolve_mapping
+from ._registry import MappingLike, resolve_rule
 
 __all__ = ["patch_model"]
 
@@ -43,17 +44,17 @@ def _references(model: nn.Module) -> dict[int, tuple[nn.Module, list[_Holder]]]:
     return refs
 
 
-def _plan_model(model: nn.Module, mapping: Mapping[str, type], missing_ok: bool) -> list[_Step]:
+def _plan_model(model: nn.Module, rule: PatchRule, missing_ok: bool) -> list[_Step]:
     """What `patch_model` will do, deepest modules first; PatchError listing every problem."""
     plan: list[_Step] = []
     problems: list[PatchProblem] = []
     used: set[str] = set()
     for child, holders in _references(model).values():
-        key = find_key(type(child).__name__, mapping)
+        key = rule.key_for(type(child).__name__)
         if key is None:
             continue
         used.add(key)
-        replacement, original = mapping[key], type(child)
+        replacement, original = rule.mapping[key], type(child)
         if isinstance(child, replacement):
             continue
         if callable(getattr(replacement, "from_module", None)):
@@ -78,9 +79,9 @@ def _plan_model(model: nn.Module, mapping: Mapping[str, type], missing_ok: bool)
     if not missing_ok:
         root = type(model).__name__
         names = sorted({type(m).__name__ for m in model.modules()} - {root})
-        for key in mapping:
+        for key in rule.mapping:
             if key not in used:
-                why = " (the root module itself is never replaced)" if find_key(root, {key: nn.Module}) else ""
+                why = " (the root module itself is never replaced)" if PatchRule({key: nn.Module}).key_for(root) else ""
                 problems.append(
                     PatchProblem(
                         f"Patch pattern {key!r} matches no submodule of {root}{why}{did_you_mean(key, names)}"
@@ -142,8 +143,8 @@ def patch_model(
     if isinstance(mapping_or_spec, (str, os.PathLike)):  # a spec file or YAML text, as `trace` accepts
         mapping_or_spec = load_spec(mapping_or_spec, for_model=model)
     device = device_type(device, model_device(model))
-    mapping = resolve_mapping(mapping_or_spec, device)
-    plan = _plan_model(model, mapping, missing_ok)
+    rule = resolve_rule(mapping_or_spec, device)
+    plan = _plan_model(model, rule, missing_ok)
     undo: list[Callable[[], None]] = []
     replaced: list[Replacement] = []
     try:
@@ -151,8 +152,9 @@ def patch_model(
             original = type(child)
             _swap(child, holders, replacement, how, undo)
             replaced.extend(Replacement(path, original, replacement, how) for _, _, path in holders)
-        recorders = patch_output_recorders(model, mapping, device=device)
+        recorders = patch_output_recorders(model, rule, device=device)
         undo.append(recorders.remove)
+        undo.append(record_swaps(model, [(r.original, r.replacement) for r in replaced if isinstance(r.original, type)]))
     except BaseException:
         for step in reversed(undo):
             step()

@@ -14,30 +14,30 @@ import torch
 from torch import nn
 
 from ..engine import invalidate, normalize_output_map, own_output_map
-from ._handle import PatchHandle, Replacement, device_type, model_device
-from ._registry import MappingLike, find_replacement, resolve_mapping
+from ..spec._patch_rule import PatchRule, device_type, model_device
+from ._handle import PatchHandle, Replacement
+from ._registry import MappingLike, resolve_rule
 
 __all__ = ["patch_output_recorders", "retarget_output_map"]
 
 
-def _retarget(key: str, recorder: Any, mapping: Mapping[str, type]) -> tuple[Any, Replacement | None]:
-    """The recorder with its target swapped for the mapping's replacement (transformers' rules)."""
+def _retarget(key: str, recorder: Any, rule: PatchRule) -> tuple[Any, Replacement | None]:
+    """The recorder with its target swapped for the rule's replacement, and the change (None if none)."""
     if isinstance(recorder, (str, type)):
-        name = recorder if isinstance(recorder, str) else recorder.__name__
-        replacement = find_replacement(name, mapping)
+        replacement = rule.replace_class(recorder) if isinstance(recorder, type) else rule.replacement_for(recorder)
         if replacement is None or replacement is recorder:
             return recorder, None
         return replacement, Replacement(key, recorder, replacement, "recorder")
     normalized = normalize_output_map({key: recorder})[0][1]
+    retargeted = rule.retarget(normalized)
+    if retargeted is normalized:
+        return recorder, None
     # An OutputRecorder has a target_class or else a class_name (its constructor checks).
     original = cast("type | str", normalized.target_class or normalized.class_name)
-    replacement = find_replacement(original if isinstance(original, str) else original.__name__, mapping)
-    if replacement is None or replacement is normalized.target_class:
-        return recorder, None
-    return dataclasses.replace(normalized, target_class=replacement), Replacement(key, original, replacement, "recorder")
+    return retargeted, Replacement(key, original, cast(type, retargeted.target_class), "recorder")
 
 
-def retarget_output_map(output_map: Mapping[str, Any], mapping: Mapping[str, type]) -> tuple[dict[str, Any], list[Replacement]]:
+def retarget_output_map(output_map: Mapping[str, Any], rule: PatchRule) -> tuple[dict[str, Any], list[Replacement]]:
     """A copy of a `_can_record_outputs` map with every recorder retargeted, and what changed."""
     result: dict[str, Any] = {}
     changes: list[Replacement] = []
@@ -45,7 +45,7 @@ def retarget_output_map(output_map: Mapping[str, Any], mapping: Mapping[str, typ
         single = not isinstance(recorders, (list, tuple))
         retargeted = []
         for recorder in [recorders] if single else recorders:
-            new, change = _retarget(key, recorder, mapping)
+            new, change = _retarget(key, recorder, rule)
             retargeted.append(new)
             if change is not None:
                 changes.append(change)
@@ -85,18 +85,18 @@ def patch_output_recorders(
 
     Args:
         model: the model whose modules' capture maps to retarget.
-        mapping: a `pattern -> class` mapping or a `Spec`; None uses the process-wide registry.
+        mapping: a `pattern -> class` mapping, a `Spec` or a `PatchRule`; None uses the process-wide registry.
         device: which device-conditioned entries of a Spec apply.
 
     Returns:
         A `PatchHandle`; `remove()` deletes the instance maps again (idempotent).
     """
-    resolved = resolve_mapping(mapping, device_type(device, model_device(model)))
+    rule = resolve_rule(mapping, device_type(device, model_device(model)))
     updates = []
     for path, module in model.named_modules():
         output_map = own_output_map(module)
         if isinstance(output_map, Mapping) and output_map:
-            retargeted, changes = retarget_output_map(output_map, resolved)
+            retargeted, changes = retarget_output_map(output_map, rule)
             if changes:
                 prefix = f"{path}._can_record_outputs" if path else "_can_record_outputs"
                 changes = [dataclasses.replace(c, path=f"{prefix}[{c.path!r}]") for c in changes]

@@ -1,79 +1,36 @@
-"""The patch mapping: class name or regex -> replacement `nn.Module` class, and its lookup rules.
+"""The process-wide patch mapping (transformers' `monkey_patching` API) and how a mapping argument is read.
 
-The rules are transformers 5.x's (`transformers.monkey_patching`): an exact class name beats a regex;
-otherwise keys are tried as regexes with `search`, in registration order; an invalid regex never
-matches. Regexes run on RE2 (linear time, see `yamltrace.spec._patterns`), so no key can hang a
-lookup; a key RE2 cannot run (a backreference or lookaround, which only Python code can register: a
-spec's keys are vetted when it is validated) runs on Python's `re`. The process-wide registry exists because that API demands it; it is guarded by a lock, and
-every function that reads it also takes an explicit mapping or a `Spec` instead.
+The selection rule (an exact class name beats a pattern; patterns in registration order, on RE2) lives
+in `yamltrace.spec._patch_rule.PatchRule`. The process-wide registry exists because transformers' API
+demands it; it is guarded by a lock, and every function that reads it also takes an explicit mapping
+or a `Spec` instead. Error messages begin with transformers' own phrases, so code that checks them
+keeps working, and go on with what yamltrace adds (where, and how to fix it).
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
 from torch import nn
 
-from ..spec._patterns import Pattern, PatternError, compile_pattern
-from ._handle import device_matches
+from ..spec._patch_rule import PatchRule
 
 __all__ = [
+    "PatchRule",
     "PatchRegistry",
     "default_patch_registry",
     "register_patch_mapping",
     "unregister_patch_mapping",
     "get_patch_mapping",
     "clear_patch_mapping",
-    "find_replacement",
-    "resolve_mapping",
+    "resolve_rule",
     "MappingLike",
 ]
 
-logger = logging.getLogger("yamltrace")
-
-# A mapping, a Spec (anything with `.patches`), or None for the process-wide registry.
+# A mapping, a Spec (anything with `.patches`), a PatchRule, or None for the process-wide registry.
 MappingLike = Union[Mapping[str, type], Any, None]
-
-
-@functools.lru_cache(maxsize=1024)
-def _compile(pattern: str) -> Pattern | None:
-    """The compiled regex for `pattern` (RE2 when it can run it), or None when it is not a valid regex."""
-    try:
-        return compile_pattern(pattern)
-    except PatternError:
-        pass
-    try:
-        return re.compile(pattern)
-    except (re.error, OverflowError, RecursionError, ValueError) as error:
-        logger.warning("Patch pattern %r is not a valid regex (%s); it matches exact class names only.", pattern[:100], error)
-        return None
-
-
-def find_replacement(class_name: str, mapping: Mapping[str, type]) -> type | None:
-    """The replacement `mapping` gives `class_name`: an exact key first, then the first regex that matches."""
-    if class_name in mapping:
-        return mapping[class_name]
-    for pattern, replacement in mapping.items():
-        compiled = _compile(pattern)
-        if compiled is not None and compiled.search(class_name):
-            return replacement
-    return None
-
-
-def find_key(class_name: str, mapping: Mapping[str, type]) -> str | None:
-    """The key of `mapping` that selects `class_name` under the same rules as `find_replacement`."""
-    if class_name in mapping:
-        return class_name
-    for pattern in mapping:
-        compiled = _compile(pattern)
-        if compiled is not None and compiled.search(class_name):
-            return pattern
-    return None
 
 
 def check_replacement(key: Any, replacement: Any) -> None:
@@ -81,12 +38,15 @@ def check_replacement(key: Any, replacement: Any) -> None:
     if not isinstance(key, str):
         raise TypeError(f"Patch mapping keys are class names or regex patterns (str), got {key!r}.")
     if not isinstance(replacement, type):
-        raise TypeError(f"Replacement for {key!r} must be a class, got {type(replacement).__name__} ({replacement!r}).")
+        raise TypeError(
+            f"Replacement for '{key}' must be a class, got {type(replacement).__name__} ({replacement!r}); "
+            "map each key to the nn.Module subclass to build instead."
+        )
     if not issubclass(replacement, nn.Module):
         bases = [c.__name__ for c in replacement.__mro__[1:]]
         raise TypeError(
-            f"Replacement class for {key!r} must be a subclass of torch.nn.Module, got "
-            f"{replacement.__module__}.{replacement.__qualname__} which inherits from {bases}."
+            f"Replacement class for '{key}' must be a subclass of nn.Module, got {replacement.__name__} which "
+            f"inherits from {bases} ({replacement.__module__}.{replacement.__qualname__}); derive it from torch.nn.Module."
         )
 
 
@@ -111,8 +71,8 @@ class PatchRegistry:
                 taken = [key for key, _ in items if key in self._mapping]
                 if taken:
                     raise ValueError(
-                        f"Class or pattern {taken[0]!r} already has a patch mapping registered "
-                        f"(to {self._mapping[taken[0]].__qualname__}). Use overwrite=True to replace it."
+                        f"Class '{taken[0]}' already has a patch mapping registered. Use overwrite=True to replace it. "
+                        f"(yamltrace: it maps to {self._mapping[taken[0]].__qualname__}; nothing was registered.)"
                     )
             self._mapping.update(items)
 
@@ -123,8 +83,9 @@ class PatchRegistry:
             unknown = [key for key in keys if key not in self._mapping]
             if unknown:
                 raise ValueError(
-                    f"Class or pattern {unknown[0]!r} is not in the patch mapping, so it cannot be unregistered. "
-                    f"Registered keys: {list(self._mapping)}."
+                    f"Class or pattern '{unknown[0]}' not found in monkey patch mapping cache. Cannot unregister a "
+                    f"class that is not registered. (yamltrace: nothing was removed; spell the key as it was "
+                    f"registered: {list(self._mapping)}.)"
                 )
             for key in keys:
                 del self._mapping[key]
@@ -146,9 +107,10 @@ default_patch_registry = PatchRegistry()
 def register_patch_mapping(mapping: Mapping[str, type[nn.Module]], overwrite: bool = False) -> None:
     """Register class replacements, process-wide: `{"Qwen2MoeExperts": MyExperts, ".*Attention": MyAttention}`.
 
-    Keys are exact class names or regexes (`re.search`; anchor with `^...$`); an exact name beats a
-    regex. Raises ValueError for a key already registered unless `overwrite=True`, and TypeError for a
-    replacement that is not an `nn.Module` subclass; either way nothing is registered.
+    Keys are exact class names or regexes (tried with `search`, in linear time; anchor with `^...$`);
+    an exact name beats a regex. Raises ValueError for a key already registered unless
+    `overwrite=True`, and TypeError for a replacement that is not an `nn.Module` subclass; either way
+    nothing is registered.
 
     Warning: this mapping is global. Prefer passing a mapping or a `Spec` to `apply_patches`,
     `patch_output_recorders` and `patch_model`.
@@ -179,26 +141,23 @@ def clear_patch_mapping() -> None:
     default_patch_registry.clear()
 
 
-def resolve_mapping(mapping: MappingLike, device: str | None = None) -> dict[str, type[nn.Module]]:
-    """An ordered `pattern -> replacement` dict from a mapping, a `Spec` or None (the registry).
+def resolve_rule(mapping: MappingLike, device: str | None = None) -> PatchRule:
+    """The `PatchRule` of a mapping, a `Spec` (its entries for `device`), a rule, or None (the registry).
 
-    A Spec's entries whose `device` condition does not hold on `device` are left out (an entry without
-    one applies everywhere; see `device_matches`). Replacements are checked as `register_patch_mapping` does.
+    Replacements are checked as `register_patch_mapping` checks them (TypeError).
     """
+    if isinstance(mapping, PatchRule):
+        return mapping
     if mapping is None:
-        return get_patch_mapping()
-    if isinstance(mapping, Mapping):
-        resolved = dict(mapping)
+        rule = PatchRule(get_patch_mapping())
+    elif isinstance(mapping, Mapping):
+        rule = PatchRule(mapping)
     elif hasattr(mapping, "patches"):
-        resolved = {}
-        for entry in mapping.patches:
-            wanted = getattr(entry, "device", None)
-            if wanted is None or device is None or device_matches(wanted, device):
-                resolved.setdefault(entry.pattern, entry.replacement)
+        rule = PatchRule.for_entries(mapping.patches, device)
     else:
         raise TypeError(
             f"Expected a patch mapping (dict of pattern -> nn.Module class), a Spec or None, got {type(mapping).__name__}."
         )
-    for key, replacement in resolved.items():
+    for key, replacement in rule.mapping.items():
         check_replacement(key, replacement)
-    return resolved
+    return rule

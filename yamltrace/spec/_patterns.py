@@ -13,12 +13,17 @@ and `\\b` are ASCII-only, which class names almost always are.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from typing import Any, Protocol
 
 import re2
 
-__all__ = ["MAX_PATTERN_CHARS", "Pattern", "PatternError", "compile_pattern"]
+from ..errors import PatternError
+
+__all__ = ["MAX_PATTERN_CHARS", "Pattern", "PatternError", "compile_pattern", "key_matcher"]
+
+logger = logging.getLogger("yamltrace")
 
 MAX_PATTERN_CHARS = 256  # characters of one patch key
 _MAX_MEMORY = 1 << 20  # bytes RE2 may use for one compiled pattern
@@ -26,10 +31,6 @@ _MAX_MEMORY = 1 << 20  # bytes RE2 may use for one compiled pattern
 
 class Pattern(Protocol):
     def search(self, text: str) -> Any: ...
-
-
-class PatternError(ValueError):
-    """A patch key that is not a pattern a spec may use; the message says why and how to fix it."""
 
 
 def _options() -> re2.Options:
@@ -60,6 +61,26 @@ def compile_pattern(pattern: str) -> Pattern:
     if _bounded_repeat_overflows(pattern):
         raise PatternError(f"{pattern!r} repeats more than 1000 times; RE2 allows at most {{1000}}")
     return compiled
+
+
+@functools.lru_cache(maxsize=1024)
+def key_matcher(key: str) -> Pattern | None:
+    """How a patch key is tried as a pattern: RE2 when it can run it, else None (the key then selects
+    its exact class name only, as an invalid regex does in transformers).
+
+    A key RE2 refuses but Python's `re` accepts (a backreference or lookaround) can only come from
+    Python code (`register_patch_mapping`, a mapping passed in): a spec's keys are vetted by
+    `compile_pattern` when it is validated. Such a key runs on `re`, as transformers runs it.
+    """
+    try:
+        return compile_pattern(key)
+    except PatternError:
+        pass
+    try:
+        return re.compile(key)
+    except (re.error, OverflowError, RecursionError, ValueError) as error:
+        logger.warning("Patch pattern %r is not a valid regex (%s); it matches exact class names only.", key[:100], error)
+        return None
 
 
 _REPEAT = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")

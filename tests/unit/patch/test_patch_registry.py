@@ -8,16 +8,9 @@ import pytest
 from helpers import patch_spec
 from torch import nn
 
-from yamltrace.patch import (
-    PatchRegistry,
-    clear_patch_mapping,
-    find_key,
-    find_replacement,
-    get_patch_mapping,
-    register_patch_mapping,
-    resolve_mapping,
-    unregister_patch_mapping,
-)
+from yamltrace.patch import clear_patch_mapping, get_patch_mapping, register_patch_mapping, unregister_patch_mapping
+from yamltrace.patch._registry import PatchRegistry, resolve_rule
+from yamltrace.spec._patch_rule import PatchRule
 
 
 class A(nn.Module):
@@ -35,40 +28,40 @@ class C(nn.Module):
 def test_exact_name_beats_a_regex_registered_before_it():
     register_patch_mapping({".*Attention": A, "LlamaAttention": B})
     mapping = get_patch_mapping()
-    assert find_replacement("LlamaAttention", mapping) is B
-    assert find_replacement("MistralAttention", mapping) is A
+    assert PatchRule(mapping).replacement_for("LlamaAttention") is B
+    assert PatchRule(mapping).replacement_for("MistralAttention") is A
 
 
 def test_regex_uses_search_so_unanchored_patterns_match_anywhere():
     mapping = {"Attention": A, "^Llama\\d+Attention$": B}
-    assert find_replacement("LlamaAttentionBlock", mapping) is A
-    assert find_replacement("Llama3Attention", mapping) is A  # the first registered regex that matches
-    assert find_replacement("Llama3MLP", mapping) is None
+    assert PatchRule(mapping).replacement_for("LlamaAttentionBlock") is A
+    assert PatchRule(mapping).replacement_for("Llama3Attention") is A  # the first registered regex that matches
+    assert PatchRule(mapping).replacement_for("Llama3MLP") is None
 
 
 def test_anchored_pattern_does_not_match_a_longer_name():
     mapping = {"^Llama\\d+Attention$": B}
-    assert find_replacement("Llama3Attention", mapping) is B
-    assert find_replacement("Llama3AttentionX", mapping) is None
-    assert find_replacement("LlamaAttention", mapping) is None
+    assert PatchRule(mapping).replacement_for("Llama3Attention") is B
+    assert PatchRule(mapping).replacement_for("Llama3AttentionX") is None
+    assert PatchRule(mapping).replacement_for("LlamaAttention") is None
 
 
 def test_regexes_are_tried_in_registration_order():
     register_patch_mapping({"Attn": A})
     register_patch_mapping({"Self": B})
-    assert find_replacement("SelfAttn", get_patch_mapping()) is A
+    assert PatchRule(get_patch_mapping()).replacement_for("SelfAttn") is A
     unregister_patch_mapping(["Attn"])
     register_patch_mapping({"Attn": A})
     assert list(get_patch_mapping()) == ["Self", "Attn"]
-    assert find_replacement("SelfAttn", get_patch_mapping()) is B
+    assert PatchRule(get_patch_mapping()).replacement_for("SelfAttn") is B
 
 
 def test_invalid_regex_never_matches_and_does_not_hide_later_patterns():
     mapping = {"Foo(": A, "Bar": B}
-    assert find_replacement("Foo", mapping) is None
-    assert find_replacement("Foo(Bar", mapping) is B
-    assert find_replacement("Foo(", mapping) is A  # still an exact name
-    assert find_key("FooBar", mapping) == "Bar"
+    assert PatchRule(mapping).replacement_for("Foo") is None
+    assert PatchRule(mapping).replacement_for("Foo(Bar") is B
+    assert PatchRule(mapping).replacement_for("Foo(") is A  # still an exact name
+    assert PatchRule(mapping).key_for("FooBar") == "Bar"
 
 
 def test_duplicate_key_is_a_value_error_unless_overwrite():
@@ -90,7 +83,7 @@ def test_replacement_class_that_is_not_a_module_is_a_type_error():
     class NotAModule:
         pass
 
-    with pytest.raises(TypeError, match="must be a subclass of torch.nn.Module.*NotAModule which inherits from \\['object'\\]"):
+    with pytest.raises(TypeError, match="must be a subclass of nn.Module, got NotAModule which inherits from \\['object'\\]"):
         register_patch_mapping({"X": NotAModule})
 
 
@@ -110,7 +103,7 @@ def test_register_is_all_or_nothing():
 
 def test_unregister_unknown_key_is_a_value_error_and_removes_nothing():
     register_patch_mapping({"X": A, "Y": B})
-    with pytest.raises(ValueError, match="'Z' is not in the patch mapping"):
+    with pytest.raises(ValueError, match="'Z' not found in monkey patch mapping cache"):
         unregister_patch_mapping(["X", "Z"])
     assert get_patch_mapping() == {"X": A, "Y": B}
     unregister_patch_mapping(["X"])
@@ -135,7 +128,7 @@ def test_clear_empties_the_mapping():
     register_patch_mapping({"X": A, ".*": B})
     clear_patch_mapping()
     assert get_patch_mapping() == {}
-    assert find_replacement("X", get_patch_mapping()) is None
+    assert PatchRule(get_patch_mapping()).replacement_for("X") is None
 
 
 def test_concurrent_registrations_all_land():
@@ -181,20 +174,20 @@ def test_concurrent_claims_of_one_key_let_exactly_one_win():
     assert registry.get()["Shared"] in classes
 
 
-def test_resolve_mapping_reads_the_registry_a_mapping_or_a_spec():
+def test_resolve_rule_reads_the_registry_a_mapping_or_a_spec():
     register_patch_mapping({"X": A})
-    assert resolve_mapping(None) == {"X": A}
-    assert resolve_mapping({"Y": B}) == {"Y": B}
+    assert resolve_rule(None).mapping == {"X": A}
+    assert resolve_rule({"Y": B}).mapping == {"Y": B}
     spec = patch_spec(("Attn", A, "cuda"), ("Attn2", B, "cpu"), ("MLP", C))
-    assert resolve_mapping(spec, "cpu") == {"Attn2": B, "MLP": C}
-    assert resolve_mapping(spec, "cuda") == {"Attn": A, "MLP": C}
-    assert list(resolve_mapping(spec, "mps")) == ["MLP"]
+    assert resolve_rule(spec, "cpu").mapping == {"Attn2": B, "MLP": C}
+    assert resolve_rule(spec, "cuda").mapping == {"Attn": A, "MLP": C}
+    assert list(resolve_rule(spec, "mps").mapping) == ["MLP"]
 
 
-def test_resolve_mapping_checks_replacements_and_types():
-    with pytest.raises(TypeError, match="must be a subclass of torch.nn.Module"):
-        resolve_mapping({"X": int})
+def test_resolve_rule_checks_replacements_and_types():
+    with pytest.raises(TypeError, match="must be a subclass of nn.Module"):
+        resolve_rule({"X": int})
     with pytest.raises(TypeError, match="must be a class"):
-        resolve_mapping(patch_spec(("X", "not.a.Class")))  # type: ignore[arg-type]
+        resolve_rule(patch_spec(("X", "not.a.Class")))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="Expected a patch mapping"):
-        resolve_mapping(["X"])
+        resolve_rule(["X"])

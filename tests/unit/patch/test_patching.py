@@ -14,12 +14,9 @@ import yamltrace.examples.tiny
 from yamltrace.kernels import SdpaTinyAttention
 from yamltrace.patch import clear_patch_mapping, register_patch_mapping
 from yamltrace.errors import PatchError
-from yamltrace.patch import (
-    apply_patches,
-    patch_model,
-    patch_output_recorders,
-    retarget_output_map,
-)
+from yamltrace.patch import apply_patches, patch_model, patch_output_recorders
+from yamltrace.patch._recorders import retarget_output_map
+from yamltrace.spec._patch_rule import PatchRule
 from yamltrace.engine import OutputRecorder
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
 from yamltrace.tracing import trace
@@ -238,7 +235,7 @@ def test_retarget_output_map_handles_every_recorder_form():
         "listed": [TinyMLP, OutputRecorder(class_name="TinyAttention")],
         "untouched": TinyDecoderLayer,
     }
-    retargeted, changes = retarget_output_map(output_map, mapping)
+    retargeted, changes = retarget_output_map(output_map, PatchRule(mapping))
     assert retargeted["attentions"] == OutputRecorder(target_class=PlainAttention, index=1, layer_name="self_attn")
     assert retargeted["by_name"] is PlainAttention
     assert retargeted["by_class"] is PlainAttention

@@ -1,0 +1,31 @@
+"""Every public exception class yamltrace defines lives in `yamltrace.errors`, under `YamltraceError`.
+
+Private ones (`_Usage`, `_Refused`) are control flow caught inside the module that defines them."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import yamltrace
+from yamltrace import errors
+
+
+def test_every_exception_class_is_in_errors_under_the_one_base() -> None:
+    found = {}
+    for info in pkgutil.walk_packages(yamltrace.__path__, "yamltrace."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            public = not value.__name__.startswith("_") if inspect.isclass(value) else False
+            if public and issubclass(value, BaseException) and value.__module__.startswith("yamltrace"):
+                found[f"{info.name}.{name}"] = value
+    assert {value.__module__ for value in found.values()} == {"yamltrace.errors"}
+    assert all(issubclass(value, errors.YamltraceError) for value in found.values())
+    # ...and each stays importable where its users import it today
+    from yamltrace.extraction import ExtractError
+    from yamltrace.kernels import UnsupportedModuleError
+
+    assert ExtractError is errors.ExtractError and UnsupportedModuleError is errors.UnsupportedModuleError
