@@ -1,4 +1,4 @@
-"""Oracle: yamltrace captures equal transformers 5.23.0's own outputs, tensor for tensor.
+"""Oracle: yamltrace captures equal the installed transformers' own outputs, tensor for tensor.
 
 Two paths per model: (a) `trace(model)` on the transformers model itself; (b) the same forward code
 under yamltrace's `merge_with_config_defaults` + `capture_outputs` (see `_oracle.redecorated`).

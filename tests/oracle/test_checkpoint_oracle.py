@@ -1,4 +1,4 @@
-"""Checkpoints that carry their spec, for transformers models (transformers 5.23.0, tiny, in-process)."""
+"""Checkpoints that carry their spec, for transformers models (the installed transformers, tiny, in-process)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each shipped kernel against the transformers module it replaces, per family (transformers 5.23.0, CPU).
+"""Each shipped kernel against the transformers module it replaces, per family (every transformers of the test matrix, CPU).
 
 For every family of `kernel_families.FAMILIES` and every replacement that applies: the replacement
 made by `from_module` from each module of a tiny model, called with the exact arguments that module

@@ -1,4 +1,4 @@
-"""Patching against transformers 5.23.0: its lookup and error rules, its MoE router scenario, its leak, Llama."""
+"""Patching against the installed transformers: its lookup and error rules, its MoE router scenario, its leak, Llama."""
 
 from __future__ import annotations
 

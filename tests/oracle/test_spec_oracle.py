@@ -1,4 +1,4 @@
-"""Specs against transformers 5.23.0: exported maps round-trip, and YAML specs capture what the models return."""
+"""Specs against the installed transformers: exported maps round-trip, and YAML specs capture what the models return."""
 
 from __future__ import annotations
 

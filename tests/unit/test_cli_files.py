@@ -1,5 +1,5 @@
 """Which files `yamltrace validate DIR` reads: an iterative walk that visits each real directory once
-(a second path to one is passed over) and stops at `MAX_WALK_DEPTH`, reporting the directories past it
+(a second path to one is passed over, a loop reported) and stops at `MAX_WALK_DEPTH`, reporting the directories past it
 (never exponential, never a RecursionError)."""
 
 from __future__ import annotations
@@ -31,12 +31,15 @@ def test_a_symlink_dag_is_walked_once_per_directory(tmp_path: Path) -> None:
     assert skipped == []
 
 
-def test_a_link_loop_is_walked_once(tmp_path: Path) -> None:
+def test_a_link_loop_is_reported_once(tmp_path: Path) -> None:
     (tmp_path / "top" / "sub").mkdir(parents=True)
     (tmp_path / "top" / "sub" / "s.yml").write_text("yamltrace: 1\n")
     os.symlink(tmp_path / "top", tmp_path / "top" / "sub" / "back")
     targets = expand([str(tmp_path / "top")])
-    assert [(t.path, t.problem) for t in targets] == [(str(tmp_path / "top" / "sub" / "s.yml"), None)]
+    assert [(t.path, t.problem and t.problem.message) for t in targets] == [
+        (str(tmp_path / "top" / "sub" / "back"), f"symbolic link loop back to {tmp_path / 'top'}; not followed"),
+        (str(tmp_path / "top" / "sub" / "s.yml"), None),
+    ]
 
 
 @pytest.fixture

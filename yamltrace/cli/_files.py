@@ -2,8 +2,9 @@
 
 A directory is walked depth first in name order, iteratively, at most `MAX_WALK_DEPTH` levels down.
 Symbolic links to directories are followed, but each real directory is walked once: a second path to
-one (a link loop, or several links to one folder, which would make the walk exponential) is passed
-over, since its files were validated through the first; a directory past the depth limit is reported. A `*.yaml` entry that is not a
+one (several links to one folder, which would make the walk exponential) is passed over, since its files
+were validated through the first; a link loop back to a directory being walked, and a directory past the
+depth limit, are reported. A `*.yaml` entry that is not a
 regular file (a FIFO, a socket, a device) is reported, never opened; a broken link is reported.
 """
 
@@ -70,21 +71,26 @@ def _skipped(path: str, message: str) -> Target:
 
 def _walk(top: str) -> Iterator[Target]:
     """The spec files under `top`, depth first in name order; each real directory once, `MAX_WALK_DEPTH` deep."""
-    walked = {_key(top)}
     listing = _listing(top)
     if isinstance(listing, Target):
         yield listing
         return
+    walked = {_key(top)}
     stack = [iter(listing)]
+    ancestors = [(_key(top), top)]  # the directories of the stack's listings, for loop messages
     while stack:
         entry = next(stack[-1], None)
         if entry is None:
             stack.pop()
+            ancestors.pop()
         elif _is_dir(entry):
             key = _key(entry.path)
-            if key in walked:
-                continue  # its files were validated through its first path
-            if len(stack) > MAX_WALK_DEPTH:
+            loop = next((path for k, path in ancestors if k == key), None)
+            if loop is not None:
+                yield _skipped(entry.path, f"symbolic link loop back to {loop}; not followed")
+            elif key in walked:
+                continue  # another path to a directory walked already: its files were validated through the first
+            elif len(stack) > MAX_WALK_DEPTH:
                 message = f"more than {MAX_WALK_DEPTH} levels below {top} (MAX_WALK_DEPTH); not walked: validate it on its own"
                 yield _skipped(entry.path, message)
             else:
@@ -94,6 +100,7 @@ def _walk(top: str) -> Iterator[Target]:
                     yield listing
                 else:
                     stack.append(iter(listing))
+                    ancestors.append((key, entry.path))
         elif entry.name.endswith(SPEC_SUFFIXES):
             yield Target(entry.path, unreadable(entry.path))
 

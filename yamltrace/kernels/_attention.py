@@ -8,7 +8,7 @@ transformers builds. The cache comes as `cache` (transformers 5.24.0 on) or `pas
 5.24.0's deprecated name). It refuses what SDPA cannot compute: attention-logit soft-capping (Gemma2).
 
 SDPA does not expose the attention probabilities, so the weights returned are `None`: under capture,
-`attentions` is an empty tuple (a `None` element is dropped, REFERENCE rule 3).
+`attentions` is an empty tuple (a `None` element is dropped for every key but `hidden_states`, docs/semantics.md).
 
 Importing this module does not import transformers: the replacement reads the config and the rotary
 tables it is given, the way transformers' eager attention modules do.

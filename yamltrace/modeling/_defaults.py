@@ -100,8 +100,8 @@ def _plainly_absent(cls: type) -> frozenset[str]:
     `PretrainedConfig`'s (which renames through `attribute_map`, then does `object`'s lookup).
 
     For those, `getattr(config, name, None)` equals `config.__dict__.get(name)`, without raising and
-    catching the `AttributeError` of a missing attribute through a Python `__getattribute__` (about
-    16 k instructions per name on transformers' configs, which lack the vision names).
+    catching the `AttributeError` of a missing attribute through a Python `__getattribute__` (costly on
+    transformers' configs, which lack the vision names; docs/performance.md).
     """
     absent = _ABSENT.get(cls)
     if absent is None:

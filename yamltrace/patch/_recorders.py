@@ -13,7 +13,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ..engine import invalidate, normalize_output_map, own_output_map
+from ..engine import CAPTURE_MAP_ATTRIBUTE, invalidate, normalize_output_map, own_output_map
 from ..spec._patch_rule import PatchRule, device_type, model_device
 from ._handle import PatchHandle, Replacement
 from ._registry import MappingLike, resolve_rule
@@ -55,16 +55,16 @@ def retarget_output_map(output_map: Mapping[str, Any], rule: PatchRule) -> tuple
 
 def _set_instance_map(module: nn.Module, output_map: dict[str, Any]) -> Callable[[], None]:
     """Give `module` its own capture map (an instance attribute); returns the undo."""
-    had_own = "_can_record_outputs" in vars(module)
-    previous = vars(module).get("_can_record_outputs")
-    setattr(module, "_can_record_outputs", output_map)
+    had_own = CAPTURE_MAP_ATTRIBUTE in vars(module)
+    previous = vars(module).get(CAPTURE_MAP_ATTRIBUTE)
+    setattr(module, CAPTURE_MAP_ATTRIBUTE, output_map)
     invalidate()
 
     def undo() -> None:
         if had_own:
-            setattr(module, "_can_record_outputs", previous)
+            setattr(module, CAPTURE_MAP_ATTRIBUTE, previous)
         else:
-            vars(module).pop("_can_record_outputs", None)
+            vars(module).pop(CAPTURE_MAP_ATTRIBUTE, None)
         invalidate()
 
     return undo
@@ -98,7 +98,7 @@ def patch_output_recorders(
         if isinstance(output_map, Mapping) and output_map:
             retargeted, changes = retarget_output_map(output_map, rule)
             if changes:
-                prefix = f"{path}._can_record_outputs" if path else "_can_record_outputs"
+                prefix = f"{path}.{CAPTURE_MAP_ATTRIBUTE}" if path else CAPTURE_MAP_ATTRIBUTE
                 changes = [dataclasses.replace(c, path=f"{prefix}[{c.path!r}]") for c in changes]
                 updates.append((module, retargeted, changes))
     undo = [_set_instance_map(module, retargeted) for module, retargeted, _ in updates]

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..engine import (
+    CAPTURE_MAP_ATTRIBUTE,
     OutputRecorder, decorated_paths, decorator_tie_last, is_under, normalize_output_map, own_output_map, plan_hooks,
     scope_modules,
 )
@@ -26,7 +27,7 @@ __all__ = ["spec_from_model"]
 
 
 def _own_map(module: nn.Module | type) -> Mapping[str, Any]:
-    output_map = own_output_map(module) if isinstance(module, nn.Module) else getattr(module, "_can_record_outputs", None)
+    output_map = own_output_map(module) if isinstance(module, nn.Module) else getattr(module, CAPTURE_MAP_ATTRIBUTE, None)
     return output_map if isinstance(output_map, Mapping) else {}
 
 
