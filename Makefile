@@ -10,7 +10,7 @@ PINS := constraints.txt constraints/common.txt
 # and its own .venv-<v>. Adding a release is one version here and one constraints file (CONTRIBUTING.md).
 COMPAT_VERSIONS := 5.23.0 5.24.0
 
-.PHONY: demo test bench bench-icount fidelity compat print-compat-versions clean
+.PHONY: demo test bench bench-icount bench-peers fidelity compat print-compat-versions clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,14 @@ fidelity-%: .venv-%/.test
 # Instructions per forward under callgrind (docs/performance.md); skipped with a message without valgrind.
 bench-icount: $(VENV)/.test
 	$(BIN)/python tests/benchmarks/icount.py
+
+# yamltrace beside nnsight, pyvene and TransformerLens (the `bench` extra), tables into docs/performance.md.
+$(VENV)/.bench: pyproject.toml $(PINS) $(VENV)/.test
+	$(PIP) -e ".[torch,test,bench]"
+	touch $@
+
+bench-peers: $(VENV)/.bench
+	HF_HUB_OFFLINE=1 $(BIN)/python tests/benchmarks/peers.py --write docs/performance.md
 
 clean:
 	rm -rf $(VENV) .venv-* build dist *.egg-info

@@ -11,6 +11,7 @@ also importable where its users meet it (`yamltrace.extraction.ExtractError`,
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -24,6 +25,8 @@ __all__ = [
     "PatchError",
     "CaptureError",
     "ExtractError",
+    "BadRows",
+    "ExtractInterrupted",
     "UnsupportedModuleError",
     "PatternError",
     "PositionError",
@@ -191,6 +194,37 @@ class CaptureError(YamltraceError, IndexError):
 
 class ExtractError(YamltraceError, ValueError):
     """An extraction cannot start or continue: bad input, a directory from another run, mixed shapes."""
+
+
+class BadRows(ExtractError):
+    """Rows of an input that cannot be used: `source`, the first `problems` (`line N: why`), `count` in all."""
+
+    def __init__(self, source: str, problems: list[str], count: int) -> None:
+        self.source, self.problems, self.count = source, problems, count
+        more = f"\n  ... and {count - len(problems)} more" if count > len(problems) else ""
+        super().__init__(f"{source}: {count} bad row(s):\n  " + "\n  ".join(problems) + more)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.source, self.problems, self.count))
+
+
+class ExtractInterrupted(KeyboardInterrupt):
+    """`extract` was interrupted (Ctrl-C, or SIGTERM under the command line): a `KeyboardInterrupt` that
+    says how many batches are safe in finished shards; running the same call again resumes after them.
+
+    Not a `YamltraceError` on purpose: an interrupt is not an error, and `except Exception` must not
+    swallow it."""
+
+    def __init__(self, directory: os.PathLike[str] | str, batches: int, world: int) -> None:
+        self.directory, self.batches, self.world = directory, batches, world
+        whose = "" if world == 1 else "of this process "
+        super().__init__(
+            f"interrupted: {batches} batch(es) {whose}are safe in finished shards in {directory}; "
+            "run the same command again to resume after them."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.directory, self.batches, self.world))
 
 
 class UnsupportedModuleError(YamltraceError, TypeError):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ._index import ExtractError
+from ..errors import BadRows, ExtractError
 
 __all__ = [
     "open_texts", "open_dataset", "load_tokenizer", "TokenizedBatches", "BadRows", "MAX_ROW_BYTES", "file_sha256",
@@ -28,15 +28,6 @@ MAX_ROW_BYTES = 64 * 2**20  # one line of a .jsonl or .txt file; a longer one is
 _MAX_LISTED = 10  # problems listed in one error; the rest are counted
 _CHUNK = 2**20  # bytes read at a time where a file is streamed
 _CHARS_PER_TOKEN = 16  # the first guess of how many characters `max_length` tokens can cover, per token
-
-
-class BadRows(ExtractError):
-    """Rows of an input that cannot be used: `source`, the first `problems` (`line N: why`), `count` in all."""
-
-    def __init__(self, source: str, problems: list[str], count: int) -> None:
-        self.source, self.problems, self.count = source, problems, count
-        more = f"\n  ... and {count - len(problems)} more" if count > len(problems) else ""
-        super().__init__(f"{source}: {count} bad row(s):\n  " + "\n  ".join(problems) + more)
 
 
 def _lines(f: BinaryIO, max_bytes: int) -> Iterator[tuple[bytes | None, int]]:

@@ -21,6 +21,7 @@ from torch import nn
 from ..engine import attached_spec
 from ..spec import Spec, load_spec, spec_from_model
 from ..tracing import trace
+from ..errors import ExtractInterrupted
 from ._index import INDEX_FILE, ExtractError, build_index, dtype_code, fingerprint, tensor_name, write_json_atomically
 from ._lock import FolderLock
 from ._progress import Progress
@@ -63,19 +64,6 @@ def _weights_hash(model: nn.Module) -> str:
         digest.update(f"{name}:{value.dtype}:{list(value.shape)};".encode())
         digest.update(memoryview(value.reshape(-1).view(torch.uint8).numpy()))  # type: ignore[arg-type]
     return digest.hexdigest()
-
-
-class ExtractInterrupted(KeyboardInterrupt):
-    """`extract` was interrupted (Ctrl-C, or SIGTERM under the command line): a `KeyboardInterrupt` that
-    says how many batches are safe in finished shards; running the same call again resumes after them."""
-
-    def __init__(self, directory: Path, batches: int, world: int) -> None:
-        self.directory, self.batches = directory, batches
-        whose = "" if world == 1 else "of this process "
-        super().__init__(
-            f"interrupted: {batches} batch(es) {whose}are safe in finished shards in {directory}; "
-            "run the same command again to resume after them."
-        )
 
 
 def _world() -> tuple[int, int]:
