@@ -45,10 +45,7 @@ def hook_count(model: nn.Module) -> int:
     nothing behind.
     """
     return sum(
-        len(m._forward_hooks)
-        + len(m._forward_pre_hooks)
-        + len(m._forward_hooks_always_called)
-        + int("forward" in m.__dict__)
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_always_called) + int("forward" in m.__dict__)
         for m in model.modules()
     )
 

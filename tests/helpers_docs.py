@@ -23,8 +23,18 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-RUN = {"python": "python", "py": "python", "yaml": "yaml", "yml": "yaml", "sh": "shell", "bash": "shell",
-       "shell": "shell", "console": "shell", "json": "json", "toml": "toml"}
+RUN = {
+    "python": "python",
+    "py": "python",
+    "yaml": "yaml",
+    "yml": "yaml",
+    "sh": "shell",
+    "bash": "shell",
+    "shell": "shell",
+    "console": "shell",
+    "json": "json",
+    "toml": "toml",
+}
 FLAGS = {"skip", "config", "fragment", "validate-only", "output"}
 
 _MARKER = re.compile(r"<!--\s*docs-test:(?P<body>.*?)-->", re.DOTALL)

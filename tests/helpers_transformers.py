@@ -60,7 +60,11 @@ def _pixels() -> dict[str, torch.Tensor]:
 def tiny_llama_config(**overrides: Any) -> LlamaConfig:
     """A tiny random LlamaConfig with eager attention; keyword arguments override the sizes."""
     sizes: dict[str, Any] = dict(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
         num_key_value_heads=2,
     )
     config = LlamaConfig(**{**sizes, **overrides})
@@ -74,7 +78,12 @@ def _llama() -> nn.Module:
 
 def _gpt2() -> nn.Module:
     config = GPT2Config(
-        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, add_cross_attention=True,
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        add_cross_attention=True,
         attn_implementation="eager",
     )
     return GPT2Model(config)
@@ -82,7 +91,11 @@ def _gpt2() -> nn.Module:
 
 def _bert() -> nn.Module:
     config = BertConfig(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
         attn_implementation="eager",
     )
     return BertModel(config)
@@ -90,8 +103,13 @@ def _bert() -> nn.Module:
 
 def _clip_vision() -> nn.Module:
     config = CLIPVisionConfig(
-        hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, image_size=30,
-        patch_size=10, attn_implementation="eager",
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=30,
+        patch_size=10,
+        attn_implementation="eager",
     )
     return CLIPVisionModel(config)
 

@@ -148,8 +148,12 @@ class Reference:
         self.lines += ["| key | type | required | default |", "|---|---|---|---|"]
         for name, prop in node["properties"].items():
             nested = f"{section}-{anchor(name)}-keys" if "properties" in prop else None
-            cells = [f"[`{name}`](#{section}-{anchor(name)})", self.type_of(prop, nested),
-                     "yes" if name in required else "no", self.default(prop) or "—"]
+            cells = [
+                f"[`{name}`](#{section}-{anchor(name)})",
+                self.type_of(prop, nested),
+                "yes" if name in required else "no",
+                self.default(prop) or "—",
+            ]
             self.lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         self.lines.append("")
         if node.get("oneOf") and node.get("errorMessage", {}).get("oneOf"):

@@ -81,9 +81,12 @@ def _layers(value: list[Any]) -> Problems:
 
 def _config_key(value: str) -> Problems:
     if not _CONFIG_KEY.match(value) or value in _CONFIG_METHODS:
-        yield (), (
-            f"{value!r} is not a config attribute that counts layers: write a public attribute name such as "
-            "num_hidden_layers or n_layer (no leading _, not a method)"
+        yield (
+            (),
+            (
+                f"{value!r} is not a config attribute that counts layers: write a public attribute name such as "
+                "num_hidden_layers or n_layer (no leading _, not a method)"
+            ),
         )
 
 

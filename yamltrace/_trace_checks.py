@@ -25,7 +25,15 @@ from .errors import SpecError, SpecIssue
 from .spec import PatchEntry, Spec
 from .spec._patch_rule import PatchRule, model_device, model_swaps, retarget_spec
 
-__all__ = ["check_recorders", "check_patches", "patch_targets", "retarget_to_patches", "spec_rule", "warn_no_tensor", "dead_hints"]
+__all__ = [
+    "check_recorders",
+    "check_patches",
+    "patch_targets",
+    "retarget_to_patches",
+    "spec_rule",
+    "warn_no_tensor",
+    "dead_hints",
+]
 
 
 def _closest(word: str, choices: Iterable[str]) -> list[str]:
@@ -35,7 +43,11 @@ def _closest(word: str, choices: Iterable[str]) -> list[str]:
 def dead_hints(recorder: OutputRecorder, modules: list[tuple[str, nn.Module]]) -> str:
     """The closest module classes (for a target class) or path suffixes (for a class_name) in a scope."""
     if recorder.target_class is not None:
-        close = list(dict.fromkeys(c for t in recorder.target_classes for c in _closest(t.__name__, [type(m).__name__ for _, m in modules])))
+        close = list(
+            dict.fromkeys(
+                c for t in recorder.target_classes for c in _closest(t.__name__, [type(m).__name__ for _, m in modules])
+            )
+        )
         return f"; closest classes: {', '.join(close)}" if close else ""
     name = (recorder.class_name or "").strip(".")
     classed = [p for p, m in modules if type(m).__name__ == name]
@@ -50,7 +62,11 @@ def dead_hints(recorder: OutputRecorder, modules: list[tuple[str, nn.Module]]) -
 
 
 def _describe(recorder: OutputRecorder) -> str:
-    what = f"class {' | '.join(t.__name__ for t in recorder.target_classes)}" if recorder.target_class is not None else f"path suffix {recorder.class_name!r}"
+    what = (
+        f"class {' | '.join(t.__name__ for t in recorder.target_classes)}"
+        if recorder.target_class is not None
+        else f"path suffix {recorder.class_name!r}"
+    )
     return what + (f" with layer_name {recorder.layer_name!r}" if recorder.layer_name else "")
 
 

@@ -146,7 +146,10 @@ class SpecError(YamltraceError, ValueError):
         self.total = max(total or 0, len(found))
         if len(found) > MAX_ISSUES:
             more = self.total - MAX_ISSUES
-            found = [*found[:MAX_ISSUES], SpecIssue(f"and {more} more problem{'' if more == 1 else 's'} not shown", "$", found[0].file)]
+            found = [
+                *found[:MAX_ISSUES],
+                SpecIssue(f"and {more} more problem{'' if more == 1 else 's'} not shown", "$", found[0].file),
+            ]
         self.issues = tuple(found)
         super().__init__("\n".join(issue.render() for issue in self.issues))
 

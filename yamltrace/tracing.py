@@ -94,7 +94,9 @@ def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[lis
     return _spec_scopes(model, spec, root_tasks, strict), spec
 
 
-def plan(model: nn.Module, spec: SpecLike | None = None, *, outputs: str | Iterable[str] | None = None, strict: bool = True) -> TracePlan:
+def plan(
+    model: nn.Module, spec: SpecLike | None = None, *, outputs: str | Iterable[str] | None = None, strict: bool = True
+) -> TracePlan:
     """What `trace(model, spec, outputs=..., strict=...)` would hook, record and tie, without
     installing anything or running a forward: its scopes, the names it yields, the hooks and layer
     selections of each scope (`engine.TracePlan`). Raises what `trace` raises before its block runs.

@@ -88,7 +88,11 @@ def test_extract_throughput_against_a_plain_forward_loop(name: str, config: dict
     for clock, measured in (("CPU", cpu), ("wall", times)):
         plain_s, extract_s = statistics.median(measured["plain"]), statistics.median(measured["extract"])
         record("extract", f"{where}, {clock}: plain loop, {rows} rows", f"{rows / plain_s:,.0f} rows/s ({plain_s * 1e3:.0f} ms)")
-        record("extract", f"{where}, {clock}: extract, {written / 2**20:.0f} MiB", f"{rows / extract_s:,.0f} rows/s ({extract_s * 1e3:.0f} ms)")
+        record(
+            "extract",
+            f"{where}, {clock}: extract, {written / 2**20:.0f} MiB",
+            f"{rows / extract_s:,.0f} rows/s ({extract_s * 1e3:.0f} ms)",
+        )
         target = ">= 0.9x" if name == "wide" else ""
         record("extract", f"{where}, {clock}: throughput, extract / plain", f"{plain_s / extract_s:.2f}x", target)
 

@@ -33,8 +33,14 @@ from yamltrace.patch import patch_model  # noqa: E402
 SEQ = 256
 # A small but not toy decoder: hidden 512, 8 query heads of 64 over 2 key/value heads, window 128.
 SIZES = dict(
-    hidden_size=512, intermediate_size=1408, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
-    num_hidden_layers=2, max_position_embeddings=1024, vocab_size=1024,
+    hidden_size=512,
+    intermediate_size=1408,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=64,
+    num_hidden_layers=2,
+    max_position_embeddings=1024,
+    vocab_size=1024,
 )
 WINDOWED = dict(sliding_window=128, layer_types=["sliding_attention", "full_attention"])
 # (row name, family, the class-name suffix of the module, config overrides)
@@ -78,7 +84,9 @@ def test_each_replacement_against_its_module():
         path, original, args, kwargs = next(c for c in calls if c[0].endswith(("self_attn", "mlp", "input_layernorm")))
         replacement = kernel_families.replacements(family)[f"{suffix}$"].from_module(original)
         with torch.inference_mode():
-            torch.testing.assert_close(_first(replacement(*args, **kwargs)), _first(original(*args, **kwargs)), atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(
+                _first(replacement(*args, **kwargs)), _first(original(*args, **kwargs)), atol=1e-4, rtol=1e-4
+            )
             _time(f"{row} {path}", lambda: original(*args, **kwargs), lambda: replacement(*args, **kwargs), calls=20)
 
 
@@ -89,7 +97,12 @@ def test_rotary_against_transformers_apply_rotary_pos_emb():
     q, k = torch.randn(1, 8, SEQ, 64, generator=generator), torch.randn(1, 2, SEQ, 64, generator=generator)
     cos, sin = torch.randn(1, SEQ, 64, generator=generator), torch.randn(1, SEQ, 64, generator=generator)
     with torch.inference_mode():
-        _time("apply_rotary (8+2 heads)", lambda: apply_rotary_pos_emb(q, k, cos, sin), lambda: apply_rotary(q, k, cos, sin), calls=50)
+        _time(
+            "apply_rotary (8+2 heads)",
+            lambda: apply_rotary_pos_emb(q, k, cos, sin),
+            lambda: apply_rotary(q, k, cos, sin),
+            calls=50,
+        )
 
 
 def _whole_model(family: str, backward: bool) -> None:

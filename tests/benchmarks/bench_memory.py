@@ -44,8 +44,11 @@ def _capture(model, spec):
         elif module is model.norm:
             watch("norm", output)
 
-    handles = [m.register_forward_hook(on_output) for m in model.modules()
-               if isinstance(m, (LlamaDecoderLayer, LlamaAttention)) or m is model.norm]
+    handles = [
+        m.register_forward_hook(on_output)
+        for m in model.modules()
+        if isinstance(m, (LlamaDecoderLayer, LlamaAttention)) or m is model.norm
+    ]
     try:
         with torch.inference_mode(), yamltrace.trace(model, spec) as captures:
             output = model(input_ids=input_ids())
@@ -85,8 +88,10 @@ def test_layers_selection_memory() -> None:
         held[name] = _held_bytes(captures)
         alive[name] = sum(nbytes for _, ref, _, nbytes in watched if ref() is not None)
         kept = {k: sum(v is not None for v in captures[k]) for k in captures}
-        print(f"\n   {name}: kept {kept} of {({k: len(captures[k]) for k in captures})}; "
-              f"held by captures {held[name]} B; forward tensors still alive {alive[name]} B")
+        print(
+            f"\n   {name}: kept {kept} of { ({k: len(captures[k]) for k in captures}) }; "
+            f"held by captures {held[name]} B; forward tensors still alive {alive[name]} B"
+        )
         del captures
 
     bench = "memory (32 layers)"
@@ -95,5 +100,4 @@ def test_layers_selection_memory() -> None:
     record(bench, "bytes held, every layer", f"{held['every layer']}")
     record(bench, "bytes held, layers: [0, -1]", f"{held['layers: [0, -1]']}")
     record(bench, "held [0, -1] / every layer", f"{ratio:.4f} (2/33 = {2 / 33:.4f})", "~2/32")
-    record(bench, "alive after block, [0, -1] / every layer (weakrefs)",
-           f"{alive['layers: [0, -1]'] / alive['every layer']:.4f}")
+    record(bench, "alive after block, [0, -1] / every layer (weakrefs)", f"{alive['layers: [0, -1]'] / alive['every layer']:.4f}")

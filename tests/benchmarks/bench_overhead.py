@@ -53,10 +53,18 @@ def test_off(models) -> None:
     names = list(timing.samples)
     bench = f"off ({layers} layers)"
     record(bench, "A/A control: plain / plain", f"{timing.ratio(names[1], names[0]):.4f}")
-    record(bench, "yamltrace off / undecorated", f"{timing.ratio(names[2], names[0]):.4f}"
-           f" (paired {timing.paired_ratio(names[2], names[0]):.4f})", "<= 1.01")
-    record(bench, "transformers off (hooks installed) / undecorated", f"{timing.ratio(names[4], names[3]):.4f}"
-           f" (paired {timing.paired_ratio(names[4], names[3]):.4f})", "ref ~1.04")
+    record(
+        bench,
+        "yamltrace off / undecorated",
+        f"{timing.ratio(names[2], names[0]):.4f} (paired {timing.paired_ratio(names[2], names[0]):.4f})",
+        "<= 1.01",
+    )
+    record(
+        bench,
+        "transformers off (hooks installed) / undecorated",
+        f"{timing.ratio(names[4], names[3]):.4f} (paired {timing.paired_ratio(names[4], names[3]):.4f})",
+        "ref ~1.04",
+    )
 
 
 def test_off_decorator_alone() -> None:
@@ -71,8 +79,9 @@ def test_off_decorator_alone() -> None:
 
         def __init__(self) -> None:
             super().__init__()
-            self.config = LlamaConfig(num_hidden_layers=1, hidden_size=8, intermediate_size=8,
-                                      num_attention_heads=1, num_key_value_heads=1)
+            self.config = LlamaConfig(
+                num_hidden_layers=1, hidden_size=8, intermediate_size=8, num_attention_heads=1, num_key_value_heads=1
+            )
             self.out = BaseModelOutputWithPast(last_hidden_state=None)
 
         def forward(self, input_ids=None, **kwargs):
@@ -84,9 +93,12 @@ def test_off_decorator_alone() -> None:
     plain, decorated = Empty(), Empty()
     decorated_forward = yamltrace.capture_outputs(raw)
     timing = compare(
-        {"undecorated": lambda: raw(plain, input_ids=None),
-         "capture_outputs, off": lambda: decorated_forward(decorated, input_ids=None)},
-        calls=2000, rounds=21,
+        {
+            "undecorated": lambda: raw(plain, input_ids=None),
+            "capture_outputs, off": lambda: decorated_forward(decorated, input_ids=None),
+        },
+        calls=2000,
+        rounds=21,
     )
     print(timing.table("off — capture_outputs wrapper around an empty forward"))
     cost = timing.median("capture_outputs, off") - timing.median("undecorated")

@@ -59,7 +59,9 @@ def test_positions_memory_and_time() -> None:
     for name, nbytes in held.items():
         record(bench, f"bytes held, {name}", f"{nbytes} ({nbytes / full:.4f} of full)")
     record(bench, "held [-1] / every position", f"{held['positions: [-1]'] / full:.4f} (1/{SEQ} = {1 / SEQ:.4f})", f"~1/{SEQ}")
-    record(bench, "held '-8:' / every position", f"{held[positions_name('-8:')] / full:.4f} (8/{SEQ} = {8 / SEQ:.4f})", f"~8/{SEQ}")
+    record(
+        bench, "held '-8:' / every position", f"{held[positions_name('-8:')] / full:.4f} (8/{SEQ} = {8 / SEQ:.4f})", f"~8/{SEQ}"
+    )
 
     specs = {name: _spec(p) for name, p in (("full", None), ("last", [-1]), ("last8", "-8:"))}
 

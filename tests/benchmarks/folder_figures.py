@@ -53,7 +53,7 @@ def _index(directory: Path, megabytes: int) -> Path:
                 "shards": [{"file": "shard-r000-00000.safetensors", "rows": 8 * n}]}  # fmt: skip
         with open(path, "w") as f:
             f.write(json.dumps(head)[:-1] + ', "batches": [\n')
-            f.writelines(f' [\n  0,\n  {8 * i},\n  8\n ]{"," if i < n - 1 else ""}\n' for i in range(n))
+            f.writelines(f" [\n  0,\n  {8 * i},\n  8\n ]{',' if i < n - 1 else ''}\n" for i in range(n))
             f.write('], "run": {}, "fingerprint": ""}\n')
     return directory
 

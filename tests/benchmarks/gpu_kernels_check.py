@@ -29,7 +29,15 @@ from yamltrace.patch import patch_model  # noqa: E402
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOLERANCE = {torch.float32: dict(atol=1e-5, rtol=0), torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2)}
 KINDS = {"attention": "Attention", "norm": "RMSNorm", "mlp": "MLP"}
-SIZES = dict(hidden_size=512, intermediate_size=1408, num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048, vocab_size=1024)
+SIZES = dict(
+    hidden_size=512,
+    intermediate_size=1408,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=64,
+    max_position_embeddings=2048,
+    vocab_size=1024,
+)
 
 
 def _first(output):
@@ -81,14 +89,23 @@ def check_allclose() -> list[str]:
                 expected = model(inputs, use_cache=False).logits
                 with patch_model(model, mapping):
                     got = model(inputs, use_cache=False).logits
-            ok = torch.allclose(got.float(), expected.float(), **(TOLERANCE[torch.float32] if dtype == torch.float32 else dict(atol=6e-2, rtol=2e-2)))
-            lines.append(f"{'ok  ' if ok else 'FAIL'} {family:<10} {str(dtype)[6:]:<9} {'model':<10} max |diff| {(got.float() - expected.float()).abs().max().item():.2e}")
+            ok = torch.allclose(
+                got.float(),
+                expected.float(),
+                **(TOLERANCE[torch.float32] if dtype == torch.float32 else dict(atol=6e-2, rtol=2e-2)),
+            )
+            lines.append(
+                f"{'ok  ' if ok else 'FAIL'} {family:<10} {str(dtype)[6:]:<9} {'model':<10} max |diff| {(got.float() - expected.float()).abs().max().item():.2e}"
+            )
     return lines
 
 
 def timings(seq: int = 1024) -> list[str]:
     """Whole-model forward time and peak memory, original vs every replacement, per family, bfloat16."""
-    lines = ["| family | original ms | replacement ms | ratio | original peak MiB | replacement peak MiB |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| family | original ms | replacement ms | ratio | original peak MiB | replacement peak MiB |",
+        "|---|---|---|---|---|---|",
+    ]
     inputs = torch.randint(1, SIZES["vocab_size"], (1, seq), device=DEVICE)
     for family in ("llama", "qwen2", "qwen3", "gemma3", "phi3"):
         figures = []
@@ -97,7 +114,7 @@ def timings(seq: int = 1024) -> list[str]:
             if patched:
                 patch_model(model, kernel_families.replacements(family))
             with torch.inference_mode():
-                median = _median_ms(lambda: model(inputs, use_cache=False))
+                median = _median_ms(lambda m=model: m(inputs, use_cache=False))
                 peak = float("nan")
                 if DEVICE == "cuda":
                     torch.cuda.reset_peak_memory_stats()

@@ -215,8 +215,12 @@ def measure(counter: Counter, layers: int) -> list[tuple[str, str, float, str, f
     hf_fresh = _fresh(templates["transformers"], 1)
     hf_no_hooks = next(hf_fresh)
     row("off", "transformers, capture off, no hooks yet", lambda: hf_no_hooks(input_ids=ids), "raw forward (no decorator)")
-    row("off", "transformers, capture off, hooks installed", lambda: m["transformers"](input_ids=ids),
-        "raw forward (no decorator)")
+    row(
+        "off",
+        "transformers, capture off, hooks installed",
+        lambda: m["transformers"](input_ids=ids),
+        "raw forward (no decorator)",
+    )
 
     # Decorator path, the evaluation-loop pattern: capturing forward after capturing forward.
     row("repeated", "yamltrace, flags on", lambda: m["yamltrace"](input_ids=ids, **FLAGS), "yamltrace merge only")
@@ -232,20 +236,36 @@ def measure(counter: Counter, layers: int) -> list[tuple[str, str, float, str, f
         return call
 
     row("single", "plain (yamltrace merge), two forwards", once(_fresh(templates["plain"], fresh_count), {}), None)
-    row("single", "yamltrace, capture on then off", once(_fresh(templates["yamltrace"], fresh_count), FLAGS),
-        "plain (yamltrace merge), two forwards")
+    row(
+        "single",
+        "yamltrace, capture on then off",
+        once(_fresh(templates["yamltrace"], fresh_count), FLAGS),
+        "plain (yamltrace merge), two forwards",
+    )
     row("single", "plain (transformers merge), two forwards", once(_fresh(templates["plain_hf"], fresh_count), {}), None)
-    row("single", "transformers, capture on then off", once(_fresh(templates["transformers"], fresh_count), FLAGS),
-        "plain (transformers merge), two forwards")
+    row(
+        "single",
+        "transformers, capture on then off",
+        once(_fresh(templates["transformers"], fresh_count), FLAGS),
+        "plain (transformers merge), two forwards",
+    )
 
     # The same pair on one model, again and again (what the wall-time harness's "on, one forward" runs:
     # it alternates each instance's capture on and off): ours plans from the cache and installs each time.
     row("alternating", "plain (yamltrace merge), two forwards", once(itertools.repeat(m["plain"]), {}), None)
-    row("alternating", "yamltrace, capture on then off", once(itertools.repeat(m["yamltrace"]), FLAGS),
-        "plain (yamltrace merge), two forwards")
+    row(
+        "alternating",
+        "yamltrace, capture on then off",
+        once(itertools.repeat(m["yamltrace"]), FLAGS),
+        "plain (yamltrace merge), two forwards",
+    )
     row("alternating", "plain (transformers merge), two forwards", once(itertools.repeat(m["plain_hf"]), {}), None)
-    row("alternating", "transformers, capture on then off", once(itertools.repeat(m["transformers"]), FLAGS),
-        "plain (transformers merge), two forwards")
+    row(
+        "alternating",
+        "transformers, capture on then off",
+        once(itertools.repeat(m["transformers"]), FLAGS),
+        "plain (transformers merge), two forwards",
+    )
 
     # trace around a loop of forwards, against forward hooks on the same modules. The variants are measured
     # in interleaved rounds, each reported as the median of its same-round differences with the raw loop:
@@ -296,25 +316,49 @@ def _hooked(rows: list) -> int:
 def report(layers: int, rows: list, counter: Counter) -> str:
     raw = {s: p for s, name, p, _, _ in rows if name.startswith("raw forward")}
     added = {(s, name): a for s, name, _, _, a in rows}
-    lines = [f"\n## LlamaModel, {layers} layers (instructions per forward; N={counter.n}, k={counter.k})\n",
-             "| section | variant | instructions | added over | added | added / raw |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"\n## LlamaModel, {layers} layers (instructions per forward; N={counter.n}, k={counter.k})\n",
+        "| section | variant | instructions | added over | added | added / raw |",
+        "|---|---|---|---|---|---|",
+    ]
     for section, name, value, baseline, add in rows:
         base = raw.get(section) or raw.get("off")
-        lines.append(f"| {section} | {name} | {value:,.0f} | {baseline or '—'} | "
-                     f"{add:+,.0f} | {add / base:+.4f} |" if baseline else f"| {section} | {name} | {value:,.0f} | — | | |")
+        lines.append(
+            f"| {section} | {name} | {value:,.0f} | {baseline or '—'} | {add:+,.0f} | {add / base:+.4f} |"
+            if baseline
+            else f"| {section} | {name} | {value:,.0f} | — | | |"
+        )
     ratios = [
-        ("repeated: yamltrace added / transformers added", ("repeated", "yamltrace, flags on"),
-         ("repeated", "transformers, flags on"), "<= 0.7"),
-        ("single: yamltrace added / transformers added", ("single", "yamltrace, capture on then off"),
-         ("single", "transformers, capture on then off"), "<= 1.0"),
-        ("alternating (not a target): yamltrace added / transformers added",
-         ("alternating", "yamltrace, capture on then off"), ("alternating", "transformers, capture on then off"), "—"),
+        (
+            "repeated: yamltrace added / transformers added",
+            ("repeated", "yamltrace, flags on"),
+            ("repeated", "transformers, flags on"),
+            "<= 0.7",
+        ),
+        (
+            "single: yamltrace added / transformers added",
+            ("single", "yamltrace, capture on then off"),
+            ("single", "transformers, capture on then off"),
+            "<= 1.0",
+        ),
+        (
+            "alternating (not a target): yamltrace added / transformers added",
+            ("alternating", "yamltrace, capture on then off"),
+            ("alternating", "transformers, capture on then off"),
+            "—",
+        ),
     ]
     for section in ("trace", "trace, libc allocator left out"):
         for does in ("output", "recorded"):
             title = f"{section}: yamltrace added / hooks {HOOKS[does]} added"
-            ratios.append((title, (section, "yamltrace.trace(model)"), (section, f"{_hooked(rows)} forward hooks {HOOKS[does]}"),
-                           "<= 0.8" if section == "trace" else "—"))
+            ratios.append(
+                (
+                    title,
+                    (section, "yamltrace.trace(model)"),
+                    (section, f"{_hooked(rows)} forward hooks {HOOKS[does]}"),
+                    "<= 0.8" if section == "trace" else "—",
+                )
+            )
     lines.append("\n| ratio | value | target |\n|---|---|---|")
     for title, ours, theirs, target in ratios:
         lines.append(f"| {title} | {added[ours] / added[theirs]:.3f} | {target} |")
@@ -355,9 +399,22 @@ def run_workers(script: str, layers: list[int], n: int, k: int, extra: list[str]
         with tempfile.TemporaryDirectory(prefix="yamltrace-icount-") as tmp:
             build_client(Path(tmp))
             env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **{_WORKER: tmp})
-            command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={tmp}/callgrind.out",
-                       "--log-file=" + f"{tmp}/valgrind.log", sys.executable, script, "--layers", str(count),
-                       "--n", str(n), "--k", str(k), *(extra or [])]
+            command = [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={tmp}/callgrind.out",
+                "--log-file=" + f"{tmp}/valgrind.log",
+                sys.executable,
+                script,
+                "--layers",
+                str(count),
+                "--n",
+                str(n),
+                "--k",
+                str(k),
+                *(extra or []),
+            ]
             result = subprocess.run(command, env=env, cwd=ROOT)
             if result.returncode:
                 print(Path(tmp, "valgrind.log").read_text()[-3000:], file=sys.stderr)

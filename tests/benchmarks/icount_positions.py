@@ -77,7 +77,7 @@ def measure(counter: icount.Counter, layers: int) -> tuple[dict[str, float], int
         "narrow (a view)": lambda t: t.narrow(1, seq - 1, 1),
         "narrow + clone": lambda t: t.narrow(1, seq - 1, 1).clone(),
         "narrow_copy": lambda t: t.narrow_copy(1, seq - 1, 1),
-        "index_select (cached index)": lambda t, i=torch.tensor([seq - 1]): t.index_select(1, i),
+        "index_select (cached index)": lambda t, i=torch.tensor([seq - 1]): t.index_select(1, i),  # noqa: B008 (built once, on purpose)
         "python loop, no op": lambda t: t,
     }
     store: list = []  # results stay alive, as captures do (their release is not part of a forward)
@@ -89,20 +89,26 @@ def measure(counter: icount.Counter, layers: int) -> tuple[dict[str, float], int
 def report(layers: int, per: dict[str, float], values: int, counter: icount.Counter) -> str:
     raw = per["raw forward"]
     capture = per["trace, no positions"] - raw
-    lines = [f"\n## Positions, LlamaModel {layers} layers, {values} captured values per forward "
-             f"(instructions per forward; N={counter.n}, k={counter.k})\n",
-             "| variant | instructions | added over raw | added by positions | per value | ratio to capture's added (target < 0.05) |",
-             "|---|---|---|---|---|---|",
-             f"| raw forward | {raw:,.0f} | | | | |",
-             f"| trace, no positions | {per['trace, no positions']:,.0f} | {capture:+,.0f} | | {capture / values:,.0f} | |"]
+    lines = [
+        f"\n## Positions, LlamaModel {layers} layers, {values} captured values per forward "
+        f"(instructions per forward; N={counter.n}, k={counter.k})\n",
+        "| variant | instructions | added over raw | added by positions | per value | ratio to capture's added (target < 0.05) |",
+        "|---|---|---|---|---|---|",
+        f"| raw forward | {raw:,.0f} | | | | |",
+        f"| trace, no positions | {per['trace, no positions']:,.0f} | {capture:+,.0f} | | {capture / values:,.0f} | |",
+    ]
     general = per["trace, no positions, every value through Collector.record"]
-    lines.append(f"| trace, no positions, every value through `Collector.record` | {general:,.0f} | {general - raw:+,.0f} | "
-                 f"{general - per['trace, no positions']:+,.0f} | | |")
+    lines.append(
+        f"| trace, no positions, every value through `Collector.record` | {general:,.0f} | {general - raw:+,.0f} | "
+        f"{general - per['trace, no positions']:+,.0f} | | |"
+    )
     for name in POSITIONS:
         value = per[f"trace, {name}"]
         extra = value - per["trace, no positions"]
-        lines.append(f"| trace, positions {name} | {value:,.0f} | {value - raw:+,.0f} | {extra:+,.0f} | "
-                     f"{extra / values:,.0f} | {extra / capture:.3f} |")
+        lines.append(
+            f"| trace, positions {name} | {value:,.0f} | {value - raw:+,.0f} | {extra:+,.0f} | "
+            f"{extra / values:,.0f} | {extra / capture:.3f} |"
+        )
     loop = per[f"{values} x python loop, no op"]
     lines.append("\n| single ops on captured-size tensors | instructions | per value (loop subtracted) |\n|---|---|---|")
     for name, value in per.items():

@@ -185,7 +185,9 @@ def pyvene_tool(model, keys: tuple[str, ...], seq: int) -> Tool:
 
     layers = len(model.model.layers)
     specs = [(key, i) for key in keys for i in range(layers)]
-    configs = [{"layer": i, "component": _PYVENE_COMPONENTS[key], "intervention_type": pv.CollectIntervention} for key, i in specs]
+    configs = [
+        {"layer": i, "component": _PYVENE_COMPONENTS[key], "intervention_type": pv.CollectIntervention} for key, i in specs
+    ]
     wrapped = pv.IntervenableModel(configs, model=model)
     for intervention in wrapped.interventions.values():
         intervention.interchange_dim = None  # collect every dimension of the gathered positions, not the first hidden_size
@@ -196,7 +198,9 @@ def pyvene_tool(model, keys: tuple[str, ...], seq: int) -> Tool:
         (_, collected), _ = wrapped(base={"input_ids": ids}, unit_locations={"base": locations})
         captures: Captures = {key: [] for key in keys}
         for (key, _), value in zip(specs, collected):
-            captures[key].append(value.reshape(ids.shape[0], hidden) if key == "resid_last" else value.reshape(*ids.shape, hidden))
+            captures[key].append(
+                value.reshape(ids.shape[0], hidden) if key == "resid_last" else value.reshape(*ids.shape, hidden)
+            )
         return captures
 
     return run

@@ -59,5 +59,7 @@ def test_check_fails_on_what_matches_nothing_with_hints(tmp_path: Path) -> None:
 def test_check_needs_a_model(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(GOOD, encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "yamltrace", "check", str(spec)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "yamltrace", "check", str(spec)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert result.returncode == 2 and "give --model pkg.mod:Class or --checkpoint DIR" in result.stderr

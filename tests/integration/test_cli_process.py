@@ -25,7 +25,12 @@ def yamltrace_cli(*argv: str, cwd: Path = ROOT, **streams: object) -> subprocess
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **streams}
     return subprocess.run(
-        [sys.executable, "-m", "yamltrace", *argv], cwd=cwd, env=env, text=True, timeout=120, **streams  # type: ignore[call-overload]
+        [sys.executable, "-m", "yamltrace", *argv],
+        cwd=cwd,
+        env=env,
+        text=True,
+        timeout=120,
+        **streams,  # type: ignore[call-overload]
     )
 
 

@@ -86,7 +86,9 @@ def _toml(block: Block, namespace: dict[str, Any]) -> None:
 def _output(block: Block, namespace: dict[str, Any]) -> None:
     shown = [line.rstrip() for line in block.code.strip("\n").splitlines()]
     printed = [line.rstrip() for line in namespace.get("last_output", "").strip("\n").splitlines()]
-    assert shown == printed, f"{block.where}: the page shows\n{block.code}\nbut the block before it printed\n" + "\n".join(printed)
+    assert shown == printed, f"{block.where}: the page shows\n{block.code}\nbut the block before it printed\n" + "\n".join(
+        printed
+    )
 
 
 RUNNERS = {"python": _python, "yaml": _yaml, "shell": _shell, "json": _json, "toml": _toml}
@@ -132,7 +134,13 @@ def test_the_runner_reads_markers_and_hidden_blocks(tmp_path: Path) -> None:
     )
     found = blocks(page, "page.md")
     assert [(b.kind, b.line) for b in found] == [
-        ("python", 4), ("python", 8), ("python", 13), ("yaml", 18), ("shell", 23), ("shell", 28), ("text", 33)
+        ("python", 4),
+        ("python", 8),
+        ("python", 13),
+        ("yaml", 18),
+        ("shell", 23),
+        ("shell", 28),
+        ("text", 33),
     ]
     assert found[0].code.strip() == "x = 1" and found[1].code == "y = x + 1\n"
     assert found[2].flags == {"skip"} and found[2].reason == "needs a GPU"

@@ -107,6 +107,7 @@ sys.exit(main(sys.argv[1:]))
 
 def interrupted(command: list[str], out: Path, sent: signal.Signals) -> subprocess.CompletedProcess[str]:
     """Run `command`, send `sent` once it has written two shards; what it printed, bounded in time."""
+
     def interruptible() -> None:  # a shell's background job inherits SIGINT ignored; Ctrl-C reaches a terminal's job
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 

@@ -109,7 +109,9 @@ def core_venv(actions_steps: list[list[str]], tmp_path_factory: pytest.TempPathF
     assert _run([sys.executable, "-m", "venv", "--without-pip", venv], venv.parent).returncode == 0
     install = actions_steps[0]
     assert install[:2] == ["pip", "install"], install
-    installed = _run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", *install[2:]], venv.parent)
+    installed = _run(
+        [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", *install[2:]], venv.parent
+    )
     assert installed.returncode == 0, installed.stderr
     return venv
 
@@ -138,7 +140,10 @@ def test_the_documented_validate_step_runs(core_venv: Path, actions_steps: list[
 
 def test_the_core_install_prints_the_schema(core_venv: Path, tmp_path: Path) -> None:
     schema = _run([core_venv / "bin" / "yamltrace", "schema"], tmp_path)
-    assert (schema.returncode, schema.stdout) == (0, (ROOT / "yamltrace" / "schemas" / "yamltrace-spec-v1.schema.json").read_text())
+    assert (schema.returncode, schema.stdout) == (
+        0,
+        (ROOT / "yamltrace" / "schemas" / "yamltrace-spec-v1.schema.json").read_text(),
+    )
 
 
 def test_a_torch_name_without_torch_names_the_extra(core_venv: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from helpers import ROOT
 
 pytestmark = pytest.mark.slow
 
+
 @pytest.fixture(scope="module")
 def mypy_run() -> subprocess.CompletedProcess[str]:
     return subprocess.run(

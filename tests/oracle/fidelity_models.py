@@ -46,8 +46,15 @@ def _whisper() -> dict[str, torch.Tensor]:
 
 _DECODER = dict(vocab_size=VOCAB, num_key_value_heads=2, max_position_embeddings=64, **_SMALL)
 _BART = dict(
-    vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-    decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
+    vocab_size=VOCAB,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=37,
+    decoder_ffn_dim=37,
+    max_position_embeddings=64,
 )
 _VISION = dict(image_size=30, patch_size=10, **_SMALL)
 _CLIP = dict(text_config=dict(vocab_size=VOCAB, max_position_embeddings=64, **_SMALL), vision_config=_VISION)
@@ -59,7 +66,8 @@ MODELS: dict[str, tuple[dict[str, Any], Callable[[], dict[str, torch.Tensor]]]] 
     "MistralForCausalLM": (_DECODER, _ids),
     "Qwen2ForCausalLM": (_DECODER, _ids),
     "GPT2LMHeadModel": (
-        dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2), _ids
+        dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2),
+        _ids,
     ),
     "BertForMaskedLM": (dict(vocab_size=VOCAB, **_SMALL), _ids),
     "BartModel": (_BART, _seq2seq),
@@ -67,10 +75,21 @@ MODELS: dict[str, tuple[dict[str, Any], Callable[[], dict[str, torch.Tensor]]]] 
     "T5Model": (dict(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4), _seq2seq),
     "WhisperModel": (
         dict(
-            vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-            decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, num_mel_bins=8,
-            max_source_positions=10, max_target_positions=16, pad_token_id=0, bos_token_id=1,
-            eos_token_id=2, decoder_start_token_id=1,
+            vocab_size=VOCAB,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=37,
+            decoder_ffn_dim=37,
+            num_mel_bins=8,
+            max_source_positions=10,
+            max_target_positions=16,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=1,
         ),
         _whisper,
     ),
@@ -78,8 +97,13 @@ MODELS: dict[str, tuple[dict[str, Any], Callable[[], dict[str, torch.Tensor]]]] 
     "CLIPTextModelWithProjection": (dict(vocab_size=VOCAB, max_position_embeddings=64, **_SMALL), _ids),
     "GitModel": (dict(vocab_size=VOCAB, vision_config=_VISION, **_SMALL), _clip),
     "ViTMAEForPreTraining": (
-        dict(decoder_hidden_size=32, decoder_intermediate_size=37, decoder_num_hidden_layers=2,
-             decoder_num_attention_heads=4, **_VISION),
+        dict(
+            decoder_hidden_size=32,
+            decoder_intermediate_size=37,
+            decoder_num_hidden_layers=2,
+            decoder_num_attention_heads=4,
+            **_VISION,
+        ),
         _pixels,
     ),
 }

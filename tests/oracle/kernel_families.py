@@ -21,8 +21,15 @@ from yamltrace.kernels import GatedMLP, GemmaRMSNorm, RMSNorm, SdpaAttention
 SEQ = 10
 VOCAB = 64
 _SIZES: dict[str, Any] = dict(
-    vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=8, max_position_embeddings=64, pad_token_id=0,
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=64,
+    pad_token_id=0,
 )
 _WINDOWED = dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"])
 
@@ -33,9 +40,16 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(sliding_window=4, num_local_experts=4, num_experts_per_tok=2)),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(use_sliding_window=True, **_WINDOWED)),
     "qwen2_moe": (
-        "Qwen2MoeConfig", "Qwen2MoeForCausalLM",
-        dict(use_sliding_window=True, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-             shared_expert_intermediate_size=24, **_WINDOWED),
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        dict(
+            use_sliding_window=True,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=24,
+            **_WINDOWED,
+        ),
     ),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(attention_bias=True, use_sliding_window=True, **_WINDOWED)),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(hidden_act="gelu_pytorch_tanh")),
@@ -107,6 +121,7 @@ def recorded_calls(
     handles = []
     for path, module in model.named_modules():
         if selects(module):
+
             def hook(module: nn.Module, args: tuple, kwargs: dict, path: str = path) -> None:
                 calls.append((path, module, args, dict(kwargs)))
 

@@ -24,7 +24,6 @@ pytestmark = pytest.mark.oracle
 FLAGS = {"output_hidden_states": True, "output_attentions": True}
 
 
-
 def captured_keys(model: nn.Module) -> list[str]:
     return list(dict.fromkeys(key for key, _ in normalize_output_map(model._can_record_outputs)))
 

@@ -46,8 +46,12 @@ def test_greedy_generation_with_the_kernels_equals_the_original_token_for_token(
     model = build(family, tie_word_embeddings=False)
     inputs = ids(1)
     settings = dict(
-        max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0,
-        return_dict_in_generate=True, output_logits=True,
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
     )
     with torch.no_grad():
         expected = model.generate(inputs, **settings)

@@ -34,12 +34,7 @@ pytestmark = pytest.mark.oracle
 FLOAT32 = dict(atol=1e-5, rtol=0)
 BFLOAT16 = dict(atol=1.6e-2, rtol=1.6e-2)
 KINDS = {"attention": "Attention", "norm": "RMSNorm", "mlp": "MLP"}
-CASES = [
-    (family, kind)
-    for family in FAMILIES
-    for kind in KINDS
-    if not (kind == "mlp" and family in NO_GATED_MLP)
-]
+CASES = [(family, kind) for family in FAMILIES for kind in KINDS if not (kind == "mlp" and family in NO_GATED_MLP)]
 
 
 def replacement_for(family: str, kind: str) -> type[nn.Module]:
@@ -76,7 +71,9 @@ def test_replacement_equals_the_original_module(family, kind, dtype):
         with torch.no_grad():
             expected, got = first(original(*args, **kwargs)), first(replacement(*args, **kwargs))
         assert got.dtype == expected.dtype, path
-        torch.testing.assert_close(got, expected, **(FLOAT32 if dtype == torch.float32 else BFLOAT16), msg=lambda m, path=path: f"{path}: {m}")
+        torch.testing.assert_close(
+            got, expected, **(FLOAT32 if dtype == torch.float32 else BFLOAT16), msg=lambda m, path=path: f"{path}: {m}"
+        )
 
 
 def _gradients(module: nn.Module, args: tuple, kwargs: dict) -> list[torch.Tensor]:

@@ -61,21 +61,29 @@ def test_sdpa_llama_attention_over_qwen2_attention_through_from_pretrained_keeps
 
 def test_softcapping_is_refused_through_apply_patches_naming_it():
     cls = model_class("gemma2")
-    with pytest.raises(UnsupportedModuleError, match=rf"SdpaAttention cannot replace the attention of model_type 'gemma2': {SOFTCAP}"):
+    with pytest.raises(
+        UnsupportedModuleError, match=rf"SdpaAttention cannot replace the attention of model_type 'gemma2': {SOFTCAP}"
+    ):
         with apply_patches({"Gemma2Attention": SdpaAttention}, modules=[cls]):
             cls(config("gemma2", attn_logit_softcapping=50.0))
 
 
 def test_softcapping_is_refused_through_patch_model_with_the_module_path():
     model = build("gemma2", attn_logit_softcapping=50.0)
-    with pytest.raises(PatchError, match=rf"model\.layers\.0\.self_attn: SdpaAttention\.from_module failed: SdpaAttention cannot replace .*Gemma2Attention: {SOFTCAP}"):
+    with pytest.raises(
+        PatchError,
+        match=rf"model\.layers\.0\.self_attn: SdpaAttention\.from_module failed: SdpaAttention cannot replace .*Gemma2Attention: {SOFTCAP}",
+    ):
         patch_model(model, {"Gemma2Attention": SdpaAttention})
     assert all(type(layer.self_attn).__name__ == "Gemma2Attention" for layer in model.model.layers)
 
 
 def test_a_norm_is_not_adopted_as_attention_through_patch_model():
     model = build("llama")
-    with pytest.raises(PatchError, match=r"model\.layers\.0\.input_layernorm: SdpaAttention\.from_module failed: SdpaAttention cannot replace .*LlamaRMSNorm: it is not shaped like a decoder self-attention \(it has no head_dim, num_key_value_groups, scaling, layer_idx, attention_dropout, q_proj, k_proj, v_proj, o_proj\)"):
+    with pytest.raises(
+        PatchError,
+        match=r"model\.layers\.0\.input_layernorm: SdpaAttention\.from_module failed: SdpaAttention cannot replace .*LlamaRMSNorm: it is not shaped like a decoder self-attention \(it has no head_dim, num_key_value_groups, scaling, layer_idx, attention_dropout, q_proj, k_proj, v_proj, o_proj\)",
+    ):
         patch_model(model, {"LlamaRMSNorm": SdpaAttention})
 
 
@@ -167,4 +175,6 @@ def test_patch_model_cannot_adopt_a_liger_class_and_says_how(liger):
 def test_the_llama_kernels_example_swaps_all_three_and_equals_eager():
     from transformers import LlamaModel
 
-    assert_swaps_the_three_blocks_and_equals_eager(load_spec(ROOT / "docs" / "specs" / "llama-kernels.yaml", for_model=LlamaModel))
+    assert_swaps_the_three_blocks_and_equals_eager(
+        load_spec(ROOT / "docs" / "specs" / "llama-kernels.yaml", for_model=LlamaModel)
+    )

@@ -13,7 +13,6 @@ pytestmark = pytest.mark.oracle
 TOLERANCE = dict(atol=1e-5, rtol=0)
 
 
-
 def llama_config(kv_heads: int = 2):
     from helpers_transformers import tiny_llama_config
 

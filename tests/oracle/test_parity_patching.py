@@ -67,7 +67,10 @@ def test_register_a_class_that_is_not_a_module(lib: SimpleNamespace) -> None:
     class NotAModule:
         pass
 
-    with pytest.raises(TypeError, match=r"Replacement class for 'X' must be a subclass of nn.Module, got NotAModule which inherits from \['object'\]"):
+    with pytest.raises(
+        TypeError,
+        match=r"Replacement class for 'X' must be a subclass of nn.Module, got NotAModule which inherits from \['object'\]",
+    ):
         lib.register_patch_mapping({"X": NotAModule})
     assert lib.get_patch_mapping() == {}
 

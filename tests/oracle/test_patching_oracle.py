@@ -24,8 +24,29 @@ from yamltrace.tracing import trace
 
 pytestmark = pytest.mark.oracle
 
-KEYS = ["LlamaAttention", ".*Attention", "^Llama\\d+Attention$", "Attention", "Foo(", "[", "MLP$", "Llama", "^Qwen", "Experts", ""]
-NAMES = ["LlamaAttention", "Llama3Attention", "Llama3AttentionX", "QwenMLP", "Qwen2MoeExperts", "Foo(", "MistralAttention", "Conv"]
+KEYS = [
+    "LlamaAttention",
+    ".*Attention",
+    "^Llama\\d+Attention$",
+    "Attention",
+    "Foo(",
+    "[",
+    "MLP$",
+    "Llama",
+    "^Qwen",
+    "Experts",
+    "",
+]
+NAMES = [
+    "LlamaAttention",
+    "Llama3Attention",
+    "Llama3AttentionX",
+    "QwenMLP",
+    "Qwen2MoeExperts",
+    "Foo(",
+    "MistralAttention",
+    "Conv",
+]
 REPLACEMENTS = [type(f"R{i}", (nn.Module,), {}) for i in range(len(KEYS))]
 
 
@@ -330,8 +351,16 @@ def test_apply_patches_without_modules_restores_everything_when_a_swap_fails_hal
 def _tiny_mixtral():
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    config = MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)
+    config = MixtralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=40,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+    )
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     return MixtralForCausalLM(config).eval()

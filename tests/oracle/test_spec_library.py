@@ -27,8 +27,15 @@ from yamltrace.tracing import trace
 
 VOCAB, BATCH, SEQ, HIDDEN = 99, 2, 7, 32
 TOKEN_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
-DECODER = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=40, num_hidden_layers=2,
-               num_attention_heads=4, num_key_value_heads=2, **TOKEN_IDS)
+DECODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=HIDDEN,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    **TOKEN_IDS,
+)
 # Model outputs that are transformers' own captures (compared with torch.equal).
 OWN_KEYS = ("hidden_states", "attentions", "cross_attentions", "router_logits")
 
@@ -91,9 +98,21 @@ def cfg(cls: type, **kwargs: Any) -> Callable[[], Any]:
     return build
 
 
-ENC_DEC = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_ffn_dim=37, decoder_ffn_dim=37, encoder_layers=2, decoder_layers=2,
-               encoder_attention_heads=4, decoder_attention_heads=4, decoder_start_token_id=1, **TOKEN_IDS)
-CLIP_TEXT = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, **TOKEN_IDS)
+ENC_DEC = dict(
+    vocab_size=VOCAB,
+    d_model=HIDDEN,
+    encoder_ffn_dim=37,
+    decoder_ffn_dim=37,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    decoder_start_token_id=1,
+    **TOKEN_IDS,
+)
+CLIP_TEXT = dict(
+    vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, **TOKEN_IDS
+)
 VISION = dict(hidden_size=HIDDEN, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=8)
 MOE = dict(output_router_logits=True)
 
@@ -106,59 +125,158 @@ FAMILIES: dict[str, Family] = {
     "gemma2": Family(cfg(tf.Gemma2Config, **DECODER, head_dim=8), tf.Gemma2Model, tf.Gemma2ForCausalLM, tokens),
     "gemma3": Family(cfg(tf.Gemma3TextConfig, **DECODER, head_dim=8), tf.Gemma3TextModel, tf.Gemma3ForCausalLM, tokens),
     "phi3": Family(cfg(tf.Phi3Config, **DECODER), tf.Phi3Model, tf.Phi3ForCausalLM, tokens),
-    "mixtral": Family(cfg(tf.MixtralConfig, **DECODER, num_local_experts=4), tf.MixtralModel, tf.MixtralForCausalLM, tokens, flags=MOE),
+    "mixtral": Family(
+        cfg(tf.MixtralConfig, **DECODER, num_local_experts=4), tf.MixtralModel, tf.MixtralForCausalLM, tokens, flags=MOE
+    ),
     "qwen2_moe": Family(
         cfg(tf.Qwen2MoeConfig, **DECODER, num_experts=4, moe_intermediate_size=16, shared_expert_intermediate_size=16),
-        tf.Qwen2MoeModel, tf.Qwen2MoeForCausalLM, tokens, flags=MOE,
+        tf.Qwen2MoeModel,
+        tf.Qwen2MoeForCausalLM,
+        tokens,
+        flags=MOE,
     ),
     "deepseek_v3": Family(
-        cfg(tf.DeepseekV3Config, **{**DECODER, "num_key_value_heads": 4}, n_routed_experts=4, moe_intermediate_size=16, first_k_dense_replace=1,
-            num_experts_per_tok=2, n_group=1, topk_group=1, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=4,
-            qk_nope_head_dim=4, v_head_dim=8),
-        tf.DeepseekV3Model, tf.DeepseekV3ForCausalLM, tokens, flags=MOE,
+        cfg(
+            tf.DeepseekV3Config,
+            **{**DECODER, "num_key_value_heads": 4},
+            n_routed_experts=4,
+            moe_intermediate_size=16,
+            first_k_dense_replace=1,
+            num_experts_per_tok=2,
+            n_group=1,
+            topk_group=1,
+            q_lora_rank=16,
+            kv_lora_rank=16,
+            qk_rope_head_dim=4,
+            qk_nope_head_dim=4,
+            v_head_dim=8,
+        ),
+        tf.DeepseekV3Model,
+        tf.DeepseekV3ForCausalLM,
+        tokens,
+        flags=MOE,
     ),
     "gpt2": Family(
-        cfg(tf.GPT2Config, vocab_size=VOCAB, n_embd=HIDDEN, n_layer=2, n_head=4, n_positions=64, add_cross_attention=True, **TOKEN_IDS),
-        tf.GPT2Model, tf.GPT2LMHeadModel, gpt2_inputs, identity="pre-mlp",
+        cfg(
+            tf.GPT2Config,
+            vocab_size=VOCAB,
+            n_embd=HIDDEN,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            add_cross_attention=True,
+            **TOKEN_IDS,
+        ),
+        tf.GPT2Model,
+        tf.GPT2LMHeadModel,
+        gpt2_inputs,
+        identity="pre-mlp",
     ),
     "gpt_neox": Family(
-        cfg(tf.GPTNeoXConfig, vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, **TOKEN_IDS),
-        tf.GPTNeoXModel, tf.GPTNeoXForCausalLM, tokens, identity="parallel",
+        cfg(
+            tf.GPTNeoXConfig,
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            intermediate_size=37,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            **TOKEN_IDS,
+        ),
+        tf.GPTNeoXModel,
+        tf.GPTNeoXForCausalLM,
+        tokens,
+        identity="parallel",
     ),
     "opt": Family(
-        cfg(tf.OPTConfig, vocab_size=VOCAB, hidden_size=HIDDEN, ffn_dim=37, num_hidden_layers=2, num_attention_heads=4,
-            word_embed_proj_dim=HIDDEN, **TOKEN_IDS),
-        tf.OPTModel, tf.OPTForCausalLM, tokens, flat=True,
+        cfg(
+            tf.OPTConfig,
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            ffn_dim=37,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            word_embed_proj_dim=HIDDEN,
+            **TOKEN_IDS,
+        ),
+        tf.OPTModel,
+        tf.OPTForCausalLM,
+        tokens,
+        flat=True,
     ),
     "bert": Family(
-        cfg(tf.BertConfig, vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, pad_token_id=0),
-        tf.BertModel, tf.BertForMaskedLM, tokens, identity="post",
+        cfg(
+            tf.BertConfig,
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            intermediate_size=37,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            pad_token_id=0,
+        ),
+        tf.BertModel,
+        tf.BertForMaskedLM,
+        tokens,
+        identity="post",
     ),
     "roberta": Family(
-        cfg(tf.RobertaConfig, vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-            max_position_embeddings=32, **TOKEN_IDS),
-        tf.RobertaModel, tf.RobertaForMaskedLM, tokens, identity="post",
+        cfg(
+            tf.RobertaConfig,
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            intermediate_size=37,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=32,
+            **TOKEN_IDS,
+        ),
+        tf.RobertaModel,
+        tf.RobertaForMaskedLM,
+        tokens,
+        identity="post",
     ),
     **{
         f"t5_{side}": Family(
-            cfg(tf.T5Config, vocab_size=VOCAB, d_model=HIDDEN, d_ff=37, num_layers=2, num_heads=4, d_kv=8, decoder_start_token_id=1, **TOKEN_IDS),
-            tf.T5Model, tf.T5ForConditionalGeneration, seq2seq, identity="pre" if side == "encoder" else "pre-mlp",
-            part=side, prefix=f"{side}_",
+            cfg(
+                tf.T5Config,
+                vocab_size=VOCAB,
+                d_model=HIDDEN,
+                d_ff=37,
+                num_layers=2,
+                num_heads=4,
+                d_kv=8,
+                decoder_start_token_id=1,
+                **TOKEN_IDS,
+            ),
+            tf.T5Model,
+            tf.T5ForConditionalGeneration,
+            seq2seq,
+            identity="pre" if side == "encoder" else "pre-mlp",
+            part=side,
+            prefix=f"{side}_",
         )
         for side in ("encoder", "decoder")
     },
     **{
         f"bart_{side}": Family(
-            cfg(tf.BartConfig, **ENC_DEC), tf.BartModel, tf.BartForConditionalGeneration, seq2seq,
-            identity="post" if side == "encoder" else "post-mlp", part=side, prefix=f"{side}_",
+            cfg(tf.BartConfig, **ENC_DEC),
+            tf.BartModel,
+            tf.BartForConditionalGeneration,
+            seq2seq,
+            identity="post" if side == "encoder" else "post-mlp",
+            part=side,
+            prefix=f"{side}_",
         )
         for side in ("encoder", "decoder")
     },
     **{
         f"whisper_{side}": Family(
             cfg(tf.WhisperConfig, **ENC_DEC, num_mel_bins=8, max_source_positions=16, max_target_positions=16),
-            tf.WhisperModel, tf.WhisperForConditionalGeneration, audio, identity="pre" if side == "encoder" else "pre-mlp",
-            part=side, prefix=f"{side}_",
+            tf.WhisperModel,
+            tf.WhisperForConditionalGeneration,
+            audio,
+            identity="pre" if side == "encoder" else "pre-mlp",
+            part=side,
+            prefix=f"{side}_",
         )
         for side in ("encoder", "decoder")
     },
@@ -167,7 +285,10 @@ FAMILIES: dict[str, Family] = {
     "clip_vision": Family(cfg(tf.CLIPVisionConfig, **VISION), tf.CLIPVisionModel, tf.CLIPVisionModelWithProjection, pixels),
     "siglip_text": Family(cfg(tf.SiglipTextConfig, **CLIP_TEXT), tf.SiglipTextModel, tf.SiglipTextModel, tokens),
     "siglip_vision": Family(
-        cfg(tf.SiglipVisionConfig, **VISION), tf.SiglipVisionModel, tf.SiglipForImageClassification, pixels,
+        cfg(tf.SiglipVisionConfig, **VISION),
+        tf.SiglipVisionModel,
+        tf.SiglipForImageClassification,
+        pixels,
         head_config=cfg(tf.SiglipConfig, vision_config=VISION, text_config=CLIP_TEXT),
     ),
 }
@@ -301,7 +422,11 @@ def test_residual_identities(name: str, which: str) -> None:
             close(mid[i], norm(h[i] + attn[i]), f"resid_mid[{i}] (post-norm)")
         if identity in ("post", "post-mlp") and mlp is not None:
             layer = captures.paths("hidden_states")[i + 1]
-            close(h[i + 1], module.get_submodule(layer + ".final_layer_norm")(mid[i] + mlp[i]), f"hidden_states[{i + 1}] (post-norm)")
+            close(
+                h[i + 1],
+                module.get_submodule(layer + ".final_layer_norm")(mid[i] + mlp[i]),
+                f"hidden_states[{i + 1}] (post-norm)",
+            )
 
 
 # Each spec on every class its header applies it to, built from that class's default configuration

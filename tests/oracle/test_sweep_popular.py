@@ -80,7 +80,11 @@ def test_a_decorated_class_with_an_empty_map_is_compared_on_its_nested_models_ke
     model = built_special("m2m_100.M2M100Model")
     assert model.nested_map and model.keys == ["hidden_states", "attentions", "cross_attentions"]
     assert model.compared == [
-        "cross_attentions", "decoder_hidden_states", "decoder_attentions", "encoder_hidden_states", "encoder_attentions",
+        "cross_attentions",
+        "decoder_hidden_states",
+        "decoder_attentions",
+        "encoder_hidden_states",
+        "encoder_attentions",
     ]
     assert [run_variant(model, variant) for variant in VARIANTS] == ["equal"] * 3
 

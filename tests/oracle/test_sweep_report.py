@@ -11,8 +11,13 @@ pytestmark = pytest.mark.oracle
 
 
 def _section(version: str, status: str = "compared") -> str:
-    result = Result(target="llama.LlamaModel", family="llama", name="LlamaModel", status=status,
-                    variants={"a": "equal", "b": "equal", "c": "equal"} if status == "compared" else {})
+    result = Result(
+        target="llama.LlamaModel",
+        family="llama",
+        name="LlamaModel",
+        status=status,
+        variants={"a": "equal", "b": "equal", "c": "equal"} if status == "compared" else {},
+    )
     return render([result], versions=f"transformers {version}, torch 2.13.0", import_failures={}, seconds=60.0)
 
 

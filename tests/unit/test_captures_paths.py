@@ -51,7 +51,9 @@ def test_stack_of_differing_shapes_names_each_path_and_shape(tiny, input_ids) ->
     spec = {"mixed": [OutputRecorder(TinyMLP, index=0), OutputRecorder(nn.Linear, layer_name="gate_proj", index=0)]}
     with trace(tiny, spec) as captures:
         tiny(input_ids)
-    with pytest.raises(ValueError, match=r"differ in shape \(layers\.0\.mlp\.gate_proj: \(2, 7, 64\); layers\.0\.mlp: \(2, 7, 32\)"):
+    with pytest.raises(
+        ValueError, match=r"differ in shape \(layers\.0\.mlp\.gate_proj: \(2, 7, 64\); layers\.0\.mlp: \(2, 7, 32\)"
+    ):
         captures.stack("mixed")
 
 

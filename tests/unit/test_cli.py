@@ -153,8 +153,7 @@ def test_github_lines(capsys: pytest.CaptureFixture[str]) -> None:
     lines = out.splitlines()
     assert len(lines) == len(expected_lines(WRONG_TYPES)) + 1
     assert lines[1] == (
-        f"::error file={WRONG_TYPES},line=4,col=47,title=yamltrace::"
-        "$.outputs.attentions.index: 'one' is not of type 'integer'"
+        f"::error file={WRONG_TYPES},line=4,col=47,title=yamltrace::$.outputs.attentions.index: 'one' is not of type 'integer'"
     )
     assert lines[-1] == "::error file=missing.yaml,title=yamltrace::$: file not found"
 
@@ -168,8 +167,7 @@ def test_github_escaping() -> None:
     stream = io.StringIO()
     GitHubReporter(stream).report([FileResult("dir/a,b:c%.yaml", "invalid", (issue,))])
     assert stream.getvalue() == (
-        "::error file=dir/a%2Cb%3Ac%25.yaml,line=3,col=7,title=yamltrace::"
-        "$.outputs['a:b']: 50%25 sure%0D%0Anext line: a, b\n"
+        "::error file=dir/a%2Cb%3Ac%25.yaml,line=3,col=7,title=yamltrace::$.outputs['a:b']: 50%25 sure%0D%0Anext line: a, b\n"
     )
 
 

@@ -14,14 +14,16 @@ from yamltrace.cli._report import escape_text
 def test_a_newline_in_a_base_file_name_cannot_forge_a_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     forged = "x.yaml:1:1: $: looks like another issue\nbase.yaml"
     (tmp_path / forged).write_text("yamltrace: 1\nmodel: &m A\n")
-    (tmp_path / "top.yaml").write_text(f"yamltrace: 1\nextends: \"{forged.encode('unicode_escape').decode()}\"\n")
+    (tmp_path / "top.yaml").write_text(f'yamltrace: 1\nextends: "{forged.encode("unicode_escape").decode()}"\n')
     assert main(["validate", str(tmp_path / "top.yaml")]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and lines[1] == "1 file, 1 invalid, 1 problem"
     assert "looks like another issue\\nbase.yaml" in lines[0]
 
 
-@pytest.mark.parametrize("text, shown", [("a\nb", "a\\nb"), ("a\\b", "a\\\\b"), ("\x85\u2028\x1b", "\\x85\\u2028\\x1b"), ("é", "é")])
+@pytest.mark.parametrize(
+    "text, shown", [("a\nb", "a\\nb"), ("a\\b", "a\\\\b"), ("\x85\u2028\x1b", "\\x85\\u2028\\x1b"), ("é", "é")]
+)
 def test_escape_text(text: str, shown: str) -> None:
     assert escape_text(text) == shown
 
@@ -50,7 +52,9 @@ def extract_argv(tmp_path: Path, data: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def test_extract_escapes_field_names_and_file_names_in_its_bad_row_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_extract_escapes_field_names_and_file_names_in_its_bad_row_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = tmp_path / "data\x1b]0;title\x07.jsonl"
     forged = {"\n::error file=README.md,line=1::forged": 1, "\x1b[2J": 2, "text\u2028": 3}
     data.write_text(json.dumps(forged) + "\n", encoding="utf-8")
@@ -69,5 +73,7 @@ def test_extract_escapes_the_output_folder_it_names(tmp_path: Path, capsys: pyte
     out = tmp_path / "out\nwrote 0 rows\x1b[1m"
     assert main(extract_argv(tmp_path, data, out)) == 0
     captured = capsys.readouterr()
-    assert captured.out.splitlines() == [f"wrote 1 rows of hidden_states, attentions, input_ids, attention_mask in 1 shard(s) to {tmp_path}/out\\nwrote 0 rows\\x1b[1m"]
+    assert captured.out.splitlines() == [
+        f"wrote 1 rows of hidden_states, attentions, input_ids, attention_mask in 1 shard(s) to {tmp_path}/out\\nwrote 0 rows\\x1b[1m"
+    ]
     assert "\x1b" not in captured.err

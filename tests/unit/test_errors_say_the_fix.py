@@ -64,8 +64,11 @@ def test_a_llama_model_spec_loads_with_llama_for_causal_lm(tmp_path: Path) -> No
         "outputs:\n  hidden_states: LlamaDecoderLayer\n"
     )
     assert load_spec(spec, for_model=transformers.LlamaForCausalLM).model == "LlamaModel"
-    with pytest.raises(SpecError, match=r"<string>:2:8: \$\.model: this spec is for 'LlamaModel', but it is applied to "
-                       r"Qwen2ForCausalLM, .*; write 'model: Qwen2ForCausalLM' if the spec fits it, or remove the model key\."):
+    with pytest.raises(
+        SpecError,
+        match=r"<string>:2:8: \$\.model: this spec is for 'LlamaModel', but it is applied to "
+        r"Qwen2ForCausalLM, .*; write 'model: Qwen2ForCausalLM' if the spec fits it, or remove the model key\.",
+    ):
         load_spec(spec, for_model=transformers.Qwen2ForCausalLM)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(tiny_llama_config()).eval()
@@ -97,7 +100,9 @@ def test_patch_model_with_a_bad_spec_file_reports_its_line(tmp_path: Path, tiny:
     with pytest.raises(SpecError) as raised:
         patch_model(tiny, path)
     message = str(raised.value)
-    assert message.startswith(f"{path}:4:18: $.patches.TinyAttention: module 'yamltrace.kernels' has no attribute 'SdpaTinyAtention'")
+    assert message.startswith(
+        f"{path}:4:18: $.patches.TinyAttention: module 'yamltrace.kernels' has no attribute 'SdpaTinyAtention'"
+    )
     assert "did you mean 'SdpaTinyAttention'" in message
     assert {type(layer.self_attn) for layer in tiny.layers} == {TinyAttention}
 
@@ -125,22 +130,30 @@ def test_a_single_import_written_as_text_suggests_a_list() -> None:
 @pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:0", "cuda:12", "mps"])
 def test_to_and_patch_device_accept_the_same_devices(device: str) -> None:
     validate_spec(
-        f"yamltrace: 1\noutputs:\n  h: {{target: X, to: '{device}'}}\n"
-        f"patches:\n  X: {{replace_with: Y, device: '{device}'}}\n"
+        f"yamltrace: 1\noutputs:\n  h: {{target: X, to: '{device}'}}\npatches:\n  X: {{replace_with: Y, device: '{device}'}}\n"
     )
 
 
 @pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:01", "cuda0"])
 def test_to_and_patch_device_refuse_the_same_devices_with_the_same_fix(device: str) -> None:
     with pytest.raises(SpecError) as raised:
-        validate_spec(f"yamltrace: 1\noutputs:\n  h: {{target: X, to: '{device}'}}\npatches:\n  X: {{replace_with: Y, device: '{device}'}}\n")
+        validate_spec(
+            f"yamltrace: 1\noutputs:\n  h: {{target: X, to: '{device}'}}\npatches:\n  X: {{replace_with: Y, device: '{device}'}}\n"
+        )
     fix = f"{device!r} is not a device; write cpu, cuda, cuda:N or mps"
     assert [(i.json_path, i.message) for i in raised.value.issues] == [("$.outputs.h.to", fix), ("$.patches.X.device", fix)]
 
 
 @pytest.mark.parametrize(
     ("wanted", "device", "matches"),
-    [("cuda", "cuda:1", True), ("cuda:1", "cuda:1", True), ("cuda:0", "cuda:1", False), ("cuda:0", "cpu", False), ("cpu", "cpu", True), ("mps", "mps:0", True)],
+    [
+        ("cuda", "cuda:1", True),
+        ("cuda:1", "cuda:1", True),
+        ("cuda:0", "cuda:1", False),
+        ("cuda:0", "cpu", False),
+        ("cpu", "cpu", True),
+        ("mps", "mps:0", True),
+    ],
 )
 def test_a_patch_device_with_an_index_matches_that_device_only(wanted: str, device: str, matches: bool) -> None:
     assert device_matches(wanted, device) is matches

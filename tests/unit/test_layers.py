@@ -19,8 +19,25 @@ PACKAGE = Path(yamltrace.__file__).parent
 # Layer of each module (a name ending in "." covers a subpackage). A module may import its own
 # layer or lower ones, never a higher one.
 LAYERS = [
-    ("yamltrace.errors", "yamltrace._lazy", "yamltrace.specs", "yamltrace._folder", "yamltrace._recorder_fields", "yamltrace._versions", "yamltrace._forwards"),
-    ("yamltrace.spec._limits", "yamltrace.spec._walk", "yamltrace.spec._patterns", "yamltrace.spec._yaml", "yamltrace.spec._reader", "yamltrace.spec._schema", "yamltrace.spec._registry", "yamltrace.spec"),
+    (
+        "yamltrace.errors",
+        "yamltrace._lazy",
+        "yamltrace.specs",
+        "yamltrace._folder",
+        "yamltrace._recorder_fields",
+        "yamltrace._versions",
+        "yamltrace._forwards",
+    ),
+    (
+        "yamltrace.spec._limits",
+        "yamltrace.spec._walk",
+        "yamltrace.spec._patterns",
+        "yamltrace.spec._yaml",
+        "yamltrace.spec._reader",
+        "yamltrace.spec._schema",
+        "yamltrace.spec._registry",
+        "yamltrace.spec",
+    ),
     ("yamltrace.engine.", "yamltrace.engine"),
     ("yamltrace.spec._spec", "yamltrace.spec._resolve", "yamltrace.spec._export", "yamltrace.spec._patch_rule"),
     ("yamltrace.capture", "yamltrace._captures", "yamltrace._trace_checks", "yamltrace.tracing"),

@@ -19,7 +19,13 @@ def fresh_version(monkeypatch):
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("5.24.0", (5, 24, 0)), ("5.23.1", (5, 23, 1)), ("5.24.0.dev0", (5, 24, 0)), ("5.25.0rc1", (5, 25, 0)), ("5.24", (5, 24, 0))],
+    [
+        ("5.24.0", (5, 24, 0)),
+        ("5.23.1", (5, 23, 1)),
+        ("5.24.0.dev0", (5, 24, 0)),
+        ("5.25.0rc1", (5, 25, 0)),
+        ("5.24", (5, 24, 0)),
+    ],
 )
 def test_parse_version_reads_the_release(text, expected) -> None:
     assert _versions.parse_version(text) == expected

@@ -46,8 +46,7 @@ def _hub() -> Any:
         import huggingface_hub
     except ModuleNotFoundError as e:
         raise ImportError(
-            "Loading a checkpoint by its Hub id needs huggingface_hub: pip install 'yamltrace[hub]' "
-            "(or pass a local folder).",
+            "Loading a checkpoint by its Hub id needs huggingface_hub: pip install 'yamltrace[hub]' (or pass a local folder).",
             name="huggingface_hub",
         ) from e
     return huggingface_hub

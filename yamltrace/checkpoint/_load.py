@@ -52,11 +52,7 @@ def forgettable(imported: set[str], before: set[str]) -> set[str]:
     """The modules of `imported` that a failed load may forget: those of packages first imported by it,
     outside `NEVER_FORGOTTEN`. A module of a package that was already (partly) imported stays."""
     roots_before = {name.partition(".")[0] for name in before}
-    return {
-        name
-        for name in imported
-        if (root := name.partition(".")[0]) not in NEVER_FORGOTTEN and root not in roots_before
-    }
+    return {name for name in imported if (root := name.partition(".")[0]) not in NEVER_FORGOTTEN and root not in roots_before}
 
 
 @contextlib.contextmanager

@@ -99,7 +99,10 @@ def _report(spec: Any, model: Any, out: Any) -> int:
         else:
             dead += 1
             classes = sorted({type(m).__name__ for m in model.modules()})
-            print(f"patch {entry.pattern!r} -> {entry.replace_with}: MATCHES NOTHING; the model's classes: {', '.join(classes)}", file=out)
+            print(
+                f"patch {entry.pattern!r} -> {entry.replace_with}: MATCHES NOTHING; the model's classes: {', '.join(classes)}",
+                file=out,
+            )
     return dead
 
 

@@ -173,7 +173,11 @@ def _error_lines(error: BaseException) -> list[str]:
 
     if isinstance(error, BadRows):
         more = [f"  ... and {error.count - len(error.problems)} more"] if error.count > len(error.problems) else []
-        return [f"{escape_text(error.source)}: {error.count} bad row(s):", *(f"  {escape_text(p)}" for p in error.problems), *more]
+        return [
+            f"{escape_text(error.source)}: {error.count} bad row(s):",
+            *(f"  {escape_text(p)}" for p in error.problems),
+            *more,
+        ]
     if isinstance(error, SpecError):
         return [escaped_issue(issue) for issue in error.issues]
     message = error.args[0] if isinstance(error, KeyError) and error.args else error
@@ -205,7 +209,9 @@ def _run_extract(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
     if not args.quiet:
         where = escape_text(str(args.out))
-        print(f"wrote {len(acts)} rows of {', '.join(map(escape_text, acts.keys()))} in {len(acts.index['shards'])} shard(s) to {where}")
+        print(
+            f"wrote {len(acts)} rows of {', '.join(map(escape_text, acts.keys()))} in {len(acts.index['shards'])} shard(s) to {where}"
+        )
     return EXIT_OK
 
 
@@ -220,25 +226,53 @@ def add_extract(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     model = parser.add_argument_group("model (--checkpoint DIR, or --model with --config)")
     model.add_argument("--checkpoint", metavar="DIR", help="a checkpoint folder (yamltrace.yaml in it is the spec)")
-    model.add_argument("--model", metavar="PKG.MOD:CLASS", help="the model class (imported); with --checkpoint, the class to load it as")
+    model.add_argument(
+        "--model", metavar="PKG.MOD:CLASS", help="the model class (imported); with --checkpoint, the class to load it as"
+    )
     model.add_argument("--config", metavar="FILE", help="a config JSON file to build --model from (random weights, --seed)")
     model.add_argument("--seed", type=int, default=0, help="random seed for a model built from --config (default: 0)")
     model.add_argument("--device", default="cpu", help="cpu, cuda (cuda:LOCAL_RANK under torchrun) or cuda:N (default: cpu)")
-    parser.add_argument("--spec", metavar="FILE|builtin:NAME", help="what to capture (default: the checkpoint's or the model's own)")
+    parser.add_argument(
+        "--spec", metavar="FILE|builtin:NAME", help="what to capture (default: the checkpoint's or the model's own)"
+    )
     parser.add_argument("--outputs", nargs="+", metavar="KEY", help="capture only these keys of the spec")
     parser.add_argument("--trust-imports", action="store_true", help="allow the spec (and checkpoint spec) to import modules")
-    data = parser.add_argument_group("data (--data FILE, or --dataset NAME --split S)").add_mutually_exclusive_group(required=True)
-    data.add_argument("--data", metavar="FILE", help=".jsonl (one object per line), .txt (one text per line) or .parquet (needs pyarrow)")
+    data = parser.add_argument_group("data (--data FILE, or --dataset NAME --split S)").add_mutually_exclusive_group(
+        required=True
+    )
+    data.add_argument(
+        "--data", metavar="FILE", help=".jsonl (one object per line), .txt (one text per line) or .parquet (needs pyarrow)"
+    )
     data.add_argument("--dataset", metavar="NAME", help="a dataset name for datasets.load_dataset (needs the datasets package)")
     parser.add_argument("--split", metavar="S", help="the --dataset split (train, validation, ...)")
-    parser.add_argument("--text-field", default="text", metavar="NAME", help="the field or column holding the text (default: text)")
+    parser.add_argument(
+        "--text-field", default="text", metavar="NAME", help="the field or column holding the text (default: text)"
+    )
     parser.add_argument("--tokenizer", required=True, metavar="DIR", help="a folder a transformers tokenizer was saved to")
-    parser.add_argument("--max-length", type=positive_int, required=True, metavar="N", help="pad or truncate every text to N tokens")
+    parser.add_argument(
+        "--max-length", type=positive_int, required=True, metavar="N", help="pad or truncate every text to N tokens"
+    )
     parser.add_argument("--batch-size", type=positive_int, default=8, metavar="B", help="texts per forward (default: 8)")
     parser.add_argument("--out", required=True, metavar="DIR", help="the output folder")
-    parser.add_argument("--shard-mb", type=positive_int, default=256, metavar="MB", help="close a shard past this many MiB (default: 256; memory holds about 3 shards)")
-    parser.add_argument("--no-resume", action="store_true", help="refuse a folder that already holds an extraction (default: continue it)")
-    parser.add_argument("--fingerprint-weights", action="store_true", help="make the weights part of the run (resume refuses other weights)")
-    parser.add_argument("--max-row-mb", type=positive_int, default=64, metavar="MB", help="longest line of --data in MiB; a longer one is a bad row (default: 64)")
+    parser.add_argument(
+        "--shard-mb",
+        type=positive_int,
+        default=256,
+        metavar="MB",
+        help="close a shard past this many MiB (default: 256; memory holds about 3 shards)",
+    )
+    parser.add_argument(
+        "--no-resume", action="store_true", help="refuse a folder that already holds an extraction (default: continue it)"
+    )
+    parser.add_argument(
+        "--fingerprint-weights", action="store_true", help="make the weights part of the run (resume refuses other weights)"
+    )
+    parser.add_argument(
+        "--max-row-mb",
+        type=positive_int,
+        default=64,
+        metavar="MB",
+        help="longest line of --data in MiB; a longer one is a bad row (default: 64)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
     parser.set_defaults(run=_run_extract)

@@ -10,7 +10,16 @@ from typing import TextIO
 
 from ..errors import SpecIssue
 
-__all__ = ["FileResult", "escape_text", "escaped_issue", "Reporter", "TextReporter", "JsonReporter", "GitHubReporter", "REPORTERS"]
+__all__ = [
+    "FileResult",
+    "escape_text",
+    "escaped_issue",
+    "Reporter",
+    "TextReporter",
+    "JsonReporter",
+    "GitHubReporter",
+    "REPORTERS",
+]
 
 
 @dataclass(frozen=True)
@@ -93,10 +102,7 @@ class JsonReporter(Reporter):
         document = {
             "valid": all(r.status == "valid" for r in results),
             "summary": self.summary(results),
-            "files": [
-                {"file": r.file, "status": r.status, "issues": [issue.to_dict() for issue in r.issues]}
-                for r in results
-            ],
+            "files": [{"file": r.file, "status": r.status, "issues": [issue.to_dict() for issue in r.issues]} for r in results],
         }
         print(json.dumps(document, indent=2), file=self.stream)
 

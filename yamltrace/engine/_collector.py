@@ -26,7 +26,7 @@ from ._recorder import OutputRecorder
 __all__ = [
     "Collector", "Entry", "HookRow", "HookPlan", "ScopeGate", "Sessions", "Transform", "entry_of", "transform_of",
     "install_hooks", "session_records", "innermost_forward", "open_blocks",
-]
+]  # fmt: skip
 
 # The kinds of entry (`Entry.kind`); each but TRANSFORMED and INPUT has its own listener.
 HIDDEN, OTHER, SELECTED, TRANSFORMED, INPUT = "hidden_states", "other", "selected", "transformed", "input"

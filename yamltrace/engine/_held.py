@@ -60,9 +60,7 @@ class HeldHooks(Sessions):
             self.interception.remove()
 
 
-def hold_hooks(
-    root: nn.Module, tasks: tuple[tuple[str, OutputRecorder], ...], keys: Iterable[str], session: Any
-) -> HeldHooks:
+def hold_hooks(root: nn.Module, tasks: tuple[tuple[str, OutputRecorder], ...], keys: Iterable[str], session: Any) -> HeldHooks:
     """Start `session` (a capturing forward of `root` recording `keys` of its own map's tasks, nested
     maps followed) on the held hooks when they still fit, else on new ones, held from now on.
     Call `finish(session)` on the result when the forward ends."""

@@ -125,9 +125,7 @@ class Interception:
         wraps the interceptor (`functools.wraps`: `__wrapped__`) or was removed again."""
         if list(map(dict.get, self._dicts, repeat(_FORWARD))) == self._forwards:
             return True  # (the common case: one C-level pass, no Python call per module)
-        return all(
-            _interceptor_of(module.__dict__.get(_FORWARD)) is interceptor for module, interceptor, _, _ in self._installed
-        )
+        return all(_interceptor_of(module.__dict__.get(_FORWARD)) is interceptor for module, interceptor, _, _ in self._installed)
 
     def remove(self) -> None:
         installed, self._installed = self._installed, []

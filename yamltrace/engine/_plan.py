@@ -23,7 +23,17 @@ from ._devices import require_devices
 from ._recorder import OutputRecorder, normalize_output_map
 from ._wrappers import child_path, wrapped_attribute
 
-__all__ = ["CAPTURE_MAP_ATTRIBUTE", "HookPlan", "PlanGuard", "CacheInfo", "plan_hooks", "invalidate", "cache_info", "own_output_map", "MISSING"]
+__all__ = [
+    "CAPTURE_MAP_ATTRIBUTE",
+    "HookPlan",
+    "PlanGuard",
+    "CacheInfo",
+    "plan_hooks",
+    "invalidate",
+    "cache_info",
+    "own_output_map",
+    "MISSING",
+]
 
 # What `own_output_map` returns for a module that declares no capture map.
 MISSING = object()
@@ -301,11 +311,7 @@ def _checks(
     tasks: Iterable[tuple[str, OutputRecorder]], wanted: frozenset[str] | None
 ) -> tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]:
     """For each task whose key is wanted: its recorder's `matches` and the plan entry it adds."""
-    return tuple(
-        (recorder.matcher(), entry_of(key, recorder))
-        for key, recorder in tasks
-        if wanted is None or key in wanted
-    )
+    return tuple((recorder.matcher(), entry_of(key, recorder)) for key, recorder in tasks if wanted is None or key in wanted)
 
 
 class CacheInfo(NamedTuple):

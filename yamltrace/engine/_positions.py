@@ -21,7 +21,15 @@ from ..errors import PositionError
 if TYPE_CHECKING:
     from ._recorder import OutputRecorder
 
-__all__ = ["InputSource", "PositionError", "Transform", "normalize_input", "normalize_positions", "positions_selector", "transform_of"]
+__all__ = [
+    "InputSource",
+    "PositionError",
+    "Transform",
+    "normalize_input",
+    "normalize_positions",
+    "positions_selector",
+    "transform_of",
+]
 
 # What a recorder's `positions` / `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
 Transform = Callable[[Any], Any]
@@ -62,9 +70,7 @@ def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
         return (value,)
     if isinstance(value, Sequence) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         return tuple(value)
-    raise TypeError(
-        f"OutputRecorder.positions must be a non-empty list of ints or a slice text such as '-8:', got {value!r}."
-    )
+    raise TypeError(f"OutputRecorder.positions must be a non-empty list of ints or a slice text such as '-8:', got {value!r}.")
 
 
 def _as_index(positions: tuple[int, ...] | str) -> slice | list[int]:
@@ -124,9 +130,7 @@ def _exact(positions: tuple[int, ...] | str, seq_dim: int) -> Callable[[torch.Te
     return select
 
 
-def positions_selector(
-    positions: tuple[int, ...] | str, seq_dim: int, copy: bool = True
-) -> Callable[[Any], Any]:
+def positions_selector(positions: tuple[int, ...] | str, seq_dim: int, copy: bool = True) -> Callable[[Any], Any]:
     """A function that keeps `positions` of a tensor along `seq_dim`; any other value passes unchanged.
 
     With `copy`, the result always has its own storage of only the selected elements (a slice, a

@@ -18,7 +18,15 @@ from torch import nn
 from .._recorder_fields import CHECKED_FIELDS, RECORDER_FIELDS, default_index, field_default
 from ._positions import normalize_input, normalize_positions
 
-__all__ = ["OutputRecorder", "RecorderLike", "CaptureMap", "CAPTURE_DTYPES", "normalize_output_map", "normalized_tasks", "default_index"]
+__all__ = [
+    "OutputRecorder",
+    "RecorderLike",
+    "CaptureMap",
+    "CAPTURE_DTYPES",
+    "normalize_output_map",
+    "normalized_tasks",
+    "default_index",
+]
 
 # The dtypes a capture may be cast to, by the name a spec writes.
 CAPTURE_DTYPES: Mapping[str, torch.dtype] = MappingProxyType(
@@ -170,8 +178,7 @@ def _as_recorder(key: str, recorder: Any) -> OutputRecorder:
         # has, the defaults for the others.
         return OutputRecorder(**{f.name: getattr(recorder, f.name, f.default) for f in RECORDER_FIELDS})
     raise TypeError(
-        f"Output {key!r}: a recorder must be an OutputRecorder, a module class or a class-name string, "
-        f"got {recorder!r}."
+        f"Output {key!r}: a recorder must be an OutputRecorder, a module class or a class-name string, got {recorder!r}."
     )
 
 

@@ -21,7 +21,14 @@ from ._session import decorator_tie_last
 from ._wrappers import unwrapped_modules
 
 __all__ = [
-    "decorated_paths", "is_under", "outermost", "tie_points", "exposed_names", "plain_owners", "scope_label", "scope_modules",
+    "decorated_paths",
+    "is_under",
+    "outermost",
+    "tie_points",
+    "exposed_names",
+    "plain_owners",
+    "scope_label",
+    "scope_modules",
 ]
 
 

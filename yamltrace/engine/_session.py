@@ -148,9 +148,11 @@ def plain_config_lookup(cls: type) -> bool | None:
         if not hasattr(cls, "__getattr__"):
             if getattribute is object.__getattribute__:
                 lookup = False
-            elif getattr(getattribute, "__qualname__", "") in (
-                "PreTrainedConfig.__getattribute__", "PretrainedConfig.__getattribute__"
-            ) and getattr(getattribute, "__module__", "") == "transformers.configuration_utils":
+            elif (
+                getattr(getattribute, "__qualname__", "")
+                in ("PreTrainedConfig.__getattribute__", "PretrainedConfig.__getattribute__")
+                and getattr(getattribute, "__module__", "") == "transformers.configuration_utils"
+            ):
                 lookup = True
         _LOOKUPS[cls] = lookup
     return cast("bool | None", lookup)

@@ -86,7 +86,9 @@ def plan_trace(model: nn.Module, scopes: Sequence[Scope], outputs: str | Iterabl
     rows = {s.path: _scope_rows(s, [p for p in paths if p != s.path and is_under(p, s.path)]) for s in scopes if s.path in top}
     hooked = {path: {entry.key for row in found for entry in row.entries} for path, found in rows.items()}
     keys_of = {s.path: list(dict.fromkeys(k for k, _ in s.tasks)) for s in scopes if s.path in rows}
-    shared = [key for key in dict.fromkeys(k for ks in hooked.values() for k in ks) if sum(key in ks for ks in hooked.values()) > 1]
+    shared = [
+        key for key in dict.fromkeys(k for ks in hooked.values() for k in ks) if sum(key in ks for ks in hooked.values()) > 1
+    ]
     names = exposed_names(keys_of, hooked, plain_owners(model, list(hooked), shared) if shared else None)
     wanted = _wanted(names, outputs)
     decorated = decorated_paths(model)

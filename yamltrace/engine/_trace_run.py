@@ -148,7 +148,9 @@ def _remove(handles: list[Interception]) -> None:
         handle.remove()
 
 
-def _frame(is_active: Callable[[], bool], entries: list[Entered], exits: list[Exited]) -> tuple[Callable[[], bool], Callable[[bool, Any, bool], None]]:
+def _frame(
+    is_active: Callable[[], bool], entries: list[Entered], exits: list[Exited]
+) -> tuple[Callable[[], bool], Callable[[bool, Any, bool], None]]:
     """One module's frame (`_intercept`): its roles' entries and exits, for calls made while the block records."""
 
     def enter() -> bool:

@@ -10,4 +10,12 @@ from ._index import ExtractError
 from ._reader import Activations, open_activations
 from ._run import DEFAULT_INPUTS, DEFAULT_SHARD_BYTES, ExtractInterrupted, extract
 
-__all__ = ["Activations", "DEFAULT_INPUTS", "DEFAULT_SHARD_BYTES", "ExtractError", "ExtractInterrupted", "extract", "open_activations"]
+__all__ = [
+    "Activations",
+    "DEFAULT_INPUTS",
+    "DEFAULT_SHARD_BYTES",
+    "ExtractError",
+    "ExtractInterrupted",
+    "extract",
+    "open_activations",
+]

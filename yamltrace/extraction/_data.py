@@ -57,7 +57,9 @@ class _FileRows(Sequence[str]):
             offset = 0
             for number, (line, length) in enumerate(_lines(f, max_row_bytes), 1):
                 if line is None:
-                    problem: str | None = f"line {number}: {length:,} bytes, over the {max_row_bytes:,}-byte limit for one row; split it"
+                    problem: str | None = (
+                        f"line {number}: {length:,} bytes, over the {max_row_bytes:,}-byte limit for one row; split it"
+                    )
                 else:
                     problem = self._check(line, number) if line.strip() else None
                     if problem is None and line.strip():
@@ -251,4 +253,3 @@ class TokenizedBatches(Sequence[dict[str, Any]]):
         except NotImplementedError:  # a slow (Python) tokenizer gives no offsets: the first cut is kept
             return 0
         return max((end for _, end in encoded["offset_mapping"]), default=0)
-

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from .._folder import safetensors_header
-from ..errors import ExtractError, YamltraceError
+from ..errors import ExtractError
 
 __all__ = [
     "ExtractError",
@@ -175,7 +175,9 @@ def _row_layout(shards: Iterable[ShardInfo]) -> dict[str, dict[str, Any]]:
                     f"({seen[1]}) in {seen[2].name}; every batch must give rows of one shape (pad to one length)."
                 )
             key, layer = split_tensor_name(name)
-            entry = layout.setdefault(key, {"layers": None if layer is None else [], "row_shape": list(shape[1:]), "dtype": dtype})
+            entry = layout.setdefault(
+                key, {"layers": None if layer is None else [], "row_shape": list(shape[1:]), "dtype": dtype}
+            )
             if layer is not None:
                 entry["layers"] = sorted({*entry["layers"], layer})
     return layout
@@ -245,6 +247,8 @@ def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
     except BaseException as e:
         temporary.unlink(missing_ok=True)
         if isinstance(e, OSError):
-            raise ExtractError(f"{path}: cannot write it ({e.strerror or e}); free some space, then run the same command again.") from e
+            raise ExtractError(
+                f"{path}: cannot write it ({e.strerror or e}); free some space, then run the same command again."
+            ) from e
         raise
     fsync_directory(path.parent)

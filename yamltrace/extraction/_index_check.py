@@ -20,9 +20,7 @@ _MAX_DIMS = 16  # dimensions of one stored row
 
 
 def _fail(path: Path, where: str, message: str) -> ExtractError:
-    return ExtractError(
-        f"{path}: {where}: {message}; this is not an index `extract` wrote (edited or damaged): extract again"
-    )
+    return ExtractError(f"{path}: {where}: {message}; this is not an index `extract` wrote (edited or damaged): extract again")
 
 
 def _count(value: Any, path: Path, where: str) -> int:

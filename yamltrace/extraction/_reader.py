@@ -26,6 +26,7 @@ from ._index_check import check_index, check_shard_header
 
 __all__ = ["Activations", "open_activations"]
 
+
 class Activations:
     """An extraction directory, opened lazily. Rows are dataset rows (dimension 0 of every stored tensor).
 

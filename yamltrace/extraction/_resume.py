@@ -52,7 +52,9 @@ def previous_run(directory: Path, rank: int, world: int, run: str, resume: bool)
     index_exists = _check_index(directory, run)
     mine = [s for s in shards if s.rank == rank]
     if not resume and (mine or index_exists):
-        raise ExtractError(f"{directory} already holds an extraction; pass resume=True to continue it, or use an empty directory.")
+        raise ExtractError(
+            f"{directory} already holds an extraction; pass resume=True to continue it, or use an empty directory."
+        )
     batches = [b for shard in mine for b, _ in shard.batches]
     if [s.seq for s in mine] != list(range(len(mine))) or batches != list(range(rank, rank + world * len(batches), world)):
         raise ExtractError(f"{directory}: rank {rank}'s shards are not a run's first batches in order; use an empty directory.")

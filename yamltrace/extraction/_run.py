@@ -251,7 +251,10 @@ def extract(
         spec = load_spec(spec, for_model=model)
     with trace(model, spec, outputs=outputs):  # an unknown key or a spec that does not apply fails here
         pass
-    described: dict[str, Any] = {"class": f"{type(model).__module__}:{type(model).__qualname__}", "config_sha256": _config_hash(model)}
+    described: dict[str, Any] = {
+        "class": f"{type(model).__module__}:{type(model).__qualname__}",
+        "config_sha256": _config_hash(model),
+    }
     if fingerprint_weights:
         described["weights_sha256"] = _weights_hash(model)
     run = {
@@ -270,7 +273,9 @@ def extract(
         reporter = Progress(schedule.total()) if progress and rank == 0 else None
         if reporter is not None:
             reporter.skipped(done)
-        writer = ShardWriter(directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending)
+        writer = ShardWriter(
+            directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending
+        )
         try:
             count = _run_batches(model, spec, outputs, inputs, schedule, writer, expected, reporter)
         except BaseException as e:

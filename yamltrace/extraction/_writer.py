@@ -166,7 +166,11 @@ def write_safetensors(
         first = pieces[0][name]
         rows = sum(piece[name].shape[0] for piece in pieces)
         size = sum(piece[name].numel() * piece[name].element_size() for piece in pieces)
-        header[name] = {"dtype": dtype_code(first.dtype), "shape": [rows, *first.shape[1:]], "data_offsets": [offset, offset + size]}
+        header[name] = {
+            "dtype": dtype_code(first.dtype),
+            "shape": [rows, *first.shape[1:]],
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the format pads the header to 8 bytes with spaces

@@ -52,7 +52,9 @@ FAMILIES: dict[str, _Family] = {
     "qwen3": _Family("attention_bias", "attention_bias", qk_norm=RMSNorm, window="layer_types"),
     "gemma": _Family("attention_bias", "attention_bias"),
     "gemma2": _Family("attention_bias", "attention_bias", scaling="query_pre_attn_scalar", window="layer_types"),
-    "gemma3_text": _Family("attention_bias", "attention_bias", qk_norm=GemmaRMSNorm, scaling="query_pre_attn_scalar", window="layer_types"),
+    "gemma3_text": _Family(
+        "attention_bias", "attention_bias", qk_norm=GemmaRMSNorm, scaling="query_pre_attn_scalar", window="layer_types"
+    ),
     "phi3": _Family(False, False, window="config", fused_qkv=True),
 }
 # Families whose attention module passes `config.sliding_window` to every layer (it has no attribute of its own).
@@ -115,14 +117,23 @@ class SdpaAttention(nn.Module):
         fused = hasattr(original, "qkv_proj")
         linears = ("qkv_proj", "o_proj") if fused else ("q_proj", "k_proj", "v_proj", "o_proj")
         attributes = ("head_dim", "num_key_value_groups", "scaling", "layer_idx", "attention_dropout")
-        require(cls, original, like="a decoder self-attention", attributes=attributes, linears=linears, allowed_children=_KNOWN_CHILDREN)
+        require(
+            cls,
+            original,
+            like="a decoder self-attention",
+            attributes=attributes,
+            linears=linears,
+            allowed_children=_KNOWN_CHILDREN,
+        )
         _refuse_softcap(cls, original, getattr(original, "attn_logit_softcapping", None))
         if hasattr(original, "q_norm") != hasattr(original, "k_norm"):
             raise refuse(cls, original, "it has only one of q_norm and k_norm.")
         new = adopt(cls, original)
         if not hasattr(original, "sliding_window"):
             config = getattr(original, "config", None)
-            new.sliding_window = getattr(config, "sliding_window", None) if getattr(config, "model_type", None) in _CONFIG_WINDOW else None
+            new.sliding_window = (
+                getattr(config, "sliding_window", None) if getattr(config, "model_type", None) in _CONFIG_WINDOW else None
+            )
         new.is_causal = getattr(original, "is_causal", True)
         return new
 

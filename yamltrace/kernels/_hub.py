@@ -52,7 +52,13 @@ def forward_from(
         return type(name or f"{layer.__name__}For{base.__name__}", (base,), namespace)
 
     def from_module(cls: type[nn.Module], original: nn.Module) -> nn.Module:
-        require(cls, original, like=f"what {layer.__qualname__} reads", attributes=attributes, allowed_children=tuple(original._modules))
+        require(
+            cls,
+            original,
+            like=f"what {layer.__qualname__} reads",
+            attributes=attributes,
+            allowed_children=tuple(original._modules),
+        )
         return adopt(cls, original)
 
     namespace["from_module"] = classmethod(from_module)

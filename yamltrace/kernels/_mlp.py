@@ -66,7 +66,8 @@ class GatedMLP(nn.Module):
         name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
         if name not in _ACTIVATIONS:
             raise refuse(
-                type(self), f"an MLP of model_type {getattr(config, 'model_type', None)!r}",
+                type(self),
+                f"an MLP of model_type {getattr(config, 'model_type', None)!r}",
                 f"its activation {name!r} is none of {sorted(_ACTIVATIONS)}.",
             )
         self.config = config
@@ -89,7 +90,11 @@ class GatedMLP(nn.Module):
         require(cls, original, like="a gated MLP", attributes=(act_name,), linears=linears, allowed_children=(act_name,))
         activation = _identify(getattr(original, act_name))
         if activation is None:
-            raise refuse(cls, original, f"its {act_name} ({type(getattr(original, act_name)).__name__}) computes none of SiLU, GELU, GELU (tanh).")
+            raise refuse(
+                cls,
+                original,
+                f"its {act_name} ({type(getattr(original, act_name)).__name__}) computes none of SiLU, GELU, GELU (tanh).",
+            )
         new = adopt(cls, original)
         new.activation = activation
         return new
@@ -107,7 +112,10 @@ class GatedMLP(nn.Module):
         if fused:
             gate, up = F.linear(x, self.gate_up_proj.weight, self.gate_up_proj.bias).chunk(2, dim=-1)
         else:
-            gate, up = F.linear(x, self.gate_proj.weight, self.gate_proj.bias), F.linear(x, self.up_proj.weight, self.up_proj.bias)
+            gate, up = (
+                F.linear(x, self.gate_proj.weight, self.gate_proj.bias),
+                F.linear(x, self.up_proj.weight, self.up_proj.bias),
+            )
         if self.activation == "silu" and not torch.is_grad_enabled() and not fused:
             hidden = F.silu(gate, inplace=True).mul_(up)
         else:

@@ -44,7 +44,9 @@ def merge_with_config_defaults(func: F | None = None, *, names: Sequence[str] = 
         def wrapper(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             config: Any = self.config
             absent = _plainly_absent(type(config))
-            own: dict[str, Any] = config.__dict__ if absent else {}  # read once: a Python __getattribute__ on transformers' configs
+            own: dict[str, Any] = (
+                config.__dict__ if absent else {}
+            )  # read once: a Python __getattribute__ on transformers' configs
             for name in names:
                 position = positions.get(name, len(args))  # len(args): not passed positionally
                 positional = position < len(args)
@@ -110,10 +112,7 @@ def _plainly_absent(cls: type) -> frozenset[str]:
         absent = frozenset(
             name
             for name in (*DEFAULT_CONFIG_ARGUMENTS, "is_causal")
-            if plain
-            and cls.__dictoffset__ != 0
-            and name not in renamed
-            and not any(name in vars(base) for base in cls.__mro__)
+            if plain and cls.__dictoffset__ != 0 and name not in renamed and not any(name in vars(base) for base in cls.__mro__)
         )
         _ABSENT[cls] = absent
     return absent

@@ -47,7 +47,9 @@ def _rename_alias_keywords(kwargs: dict[str, Any]) -> None:
     for alias in _ALIASES:
         if alias in kwargs:
             if "cache" in kwargs:
-                raise CacheNameError(f"An output was given both `cache` and `{alias}`, two names of one field: pass `cache` only.")
+                raise CacheNameError(
+                    f"An output was given both `cache` and `{alias}`, two names of one field: pass `cache` only."
+                )
             kwargs["cache"] = kwargs.pop(alias)
             _warn_deprecated(3)
             return  # like transformers, one alias is renamed; a second one stays an unknown keyword

@@ -47,7 +47,9 @@ def _target_modules(modules: Any) -> list[ModuleType]:
         elif isinstance(item, str):
             module = sys.modules.get(item)
             if module is None:
-                raise ValueError(f"apply_patches: module {item!r} is not imported; it never imports: import it first or pass the module.")
+                raise ValueError(
+                    f"apply_patches: module {item!r} is not imported; it never imports: import it first or pass the module."
+                )
             found[item] = module
         elif isinstance(item, type) and issubclass(item, nn.Module):
             for cls in item.__mro__:

@@ -106,10 +106,17 @@ def _swap(child: nn.Module, holders: list[_Holder], replacement: type, how: str,
     try:
         new = getattr(replacement, "from_module")(child)  # _plan_model chose "from_module": it is callable
     except Exception as error:
-        raise PatchError([PatchProblem(f"{holders[0][2]}: {replacement.__qualname__}.from_module failed: {error}", holders[0][2])]) from error
+        raise PatchError(
+            [PatchProblem(f"{holders[0][2]}: {replacement.__qualname__}.from_module failed: {error}", holders[0][2])]
+        ) from error
     if not isinstance(new, nn.Module):
         raise PatchError(
-            [PatchProblem(f"{holders[0][2]}: {replacement.__qualname__}.from_module returned {type(new).__name__}, not a module.", holders[0][2])]
+            [
+                PatchProblem(
+                    f"{holders[0][2]}: {replacement.__qualname__}.from_module returned {type(new).__name__}, not a module.",
+                    holders[0][2],
+                )
+            ]
         )
     new.training = child.training
     for parent, name, _ in holders:

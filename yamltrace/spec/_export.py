@@ -18,7 +18,13 @@ from torch import nn
 
 from ..engine import (
     CAPTURE_MAP_ATTRIBUTE,
-    OutputRecorder, decorated_paths, decorator_tie_last, is_under, normalize_output_map, own_output_map, plan_hooks,
+    OutputRecorder,
+    decorated_paths,
+    decorator_tie_last,
+    is_under,
+    normalize_output_map,
+    own_output_map,
+    plan_hooks,
     scope_modules,
 )
 from ._spec import Spec, SpecScope

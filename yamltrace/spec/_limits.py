@@ -71,6 +71,7 @@ RESERVED_OUTPUT_KEYS = frozenset(
     }
 )  # fmt: skip
 
+
 @dataclass
 class Budget:
     """What is left to read of one spec, shared by every file of its `extends` chain."""
@@ -104,7 +105,9 @@ def size_issues(data: Any, fail: Issue) -> None:
                 continue
             for key, item in value.items():
                 if isinstance(key, str) and len(key) > MAX_STRING_CHARS:
-                    fail((*path, key), f"a key of {len(key)} characters is over the limit of {MAX_STRING_CHARS} (MAX_STRING_CHARS)")
+                    fail(
+                        (*path, key), f"a key of {len(key)} characters is over the limit of {MAX_STRING_CHARS} (MAX_STRING_CHARS)"
+                    )
                 else:
                     stack.append(((*path, key), item))
         elif isinstance(value, list):

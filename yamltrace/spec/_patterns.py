@@ -44,7 +44,9 @@ def _options() -> re2.Options:
 def compile_pattern(pattern: str) -> Pattern:
     """The linear-time matcher for `pattern`; `PatternError` for a key a spec may not use."""
     if len(pattern) > MAX_PATTERN_CHARS:
-        raise PatternError(f"a patch key of {len(pattern)} characters is over the limit of {MAX_PATTERN_CHARS} (MAX_PATTERN_CHARS)")
+        raise PatternError(
+            f"a patch key of {len(pattern)} characters is over the limit of {MAX_PATTERN_CHARS} (MAX_PATTERN_CHARS)"
+        )
     try:
         re.compile(pattern)
     except (re.error, OverflowError, RecursionError, ValueError) as e:

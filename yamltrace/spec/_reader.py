@@ -61,7 +61,6 @@ class SpecDocument:
         return where.issue(message, json_path)
 
 
-
 def _plain(value: Any, path: Path_, issues: list[SpecIssue], budget: Budget) -> Any:
     """A copy of a Python mapping source as plain data; keys must be text, values YAML-like."""
     if len(path) > MAX_DEPTH:
@@ -78,7 +77,9 @@ def _plain(value: Any, path: Path_, issues: list[SpecIssue], budget: Budget) -> 
             if isinstance(key, str):
                 result[key] = _plain(item, (*path, key), issues, budget)
             else:
-                issues.append(SpecIssue(f"mapping keys must be text, got {_short_repr(key)}", format_json_path(path), "<mapping>"))
+                issues.append(
+                    SpecIssue(f"mapping keys must be text, got {_short_repr(key)}", format_json_path(path), "<mapping>")
+                )
         return result
     if isinstance(value, (list, tuple)):
         return [_plain(item, (*path, i), issues, budget) for i, item in enumerate(value)]
@@ -98,7 +99,12 @@ def _merge(base: Part, child: Part) -> Part:
     merged = Part(child.file, child.chain)
 
     def merges(key: object) -> TypeGuard[str]:
-        return isinstance(key, str) and key in MERGED_SECTIONS and isinstance(child.data.get(key), dict) and isinstance(base.data.get(key), dict)
+        return (
+            isinstance(key, str)
+            and key in MERGED_SECTIONS
+            and isinstance(child.data.get(key), dict)
+            and isinstance(base.data.get(key), dict)
+        )
 
     for key in [*child.data, *(k for k in base.data if k not in child.data)]:
         if merges(key):

@@ -27,7 +27,6 @@ from ._walk import Section, Site, document_sections, sites
 __all__ = ["load_spec"]
 
 
-
 def _base_model_names(model_cls: type, model: Any) -> set[str]:
     """Class names of the base model a task model is built on: the module at `base_model_prefix` of an
     instance, and for a transformers class, the base model class its config's `model_type` maps to."""

@@ -52,9 +52,7 @@ def _validator() -> jsonschema.protocols.Validator:
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
     )
-    cls = jsonschema.validators.extend(
-        jsonschema.Draft202012Validator, {"uniqueItems": _unique_items}, type_checker=checker
-    )
+    cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"uniqueItems": _unique_items}, type_checker=checker)
     validator: jsonschema.protocols.Validator = cls(_schema())
     return validator
 

@@ -80,16 +80,26 @@ class Spec:
     locations: Mapping[tuple[str, str, int], SpecIssue] = field(default_factory=dict, compare=False, repr=False)
 
     def __init__(  # written out so that each argument accepts what is converted (any capture map, iterables)
-        self, outputs: CaptureMap, patches: Iterable[PatchEntry] = (), options: Mapping[str, Any] = MappingProxyType({}),
-        source: str | None = None, model: str | None = None, imports: Iterable[str] = (),
+        self,
+        outputs: CaptureMap,
+        patches: Iterable[PatchEntry] = (),
+        options: Mapping[str, Any] = MappingProxyType({}),
+        source: str | None = None,
+        model: str | None = None,
+        imports: Iterable[str] = (),
         scopes: Mapping[str, SpecScope | Mapping[str, Any]] = MappingProxyType({}),
         locations: Mapping[tuple[str, str, int], SpecIssue] = MappingProxyType({}),
     ) -> None:
         converted = {path: s if isinstance(s, SpecScope) else SpecScope(**s) for path, s in scopes.items()}
         for name, value in (
-            ("outputs", _grouped(outputs)), ("patches", tuple(patches)), ("options", MappingProxyType(dict(options))),
-            ("source", source), ("model", model), ("imports", tuple(imports)),
-            ("scopes", MappingProxyType(converted)), ("locations", MappingProxyType(dict(locations))),
+            ("outputs", _grouped(outputs)),
+            ("patches", tuple(patches)),
+            ("options", MappingProxyType(dict(options))),
+            ("source", source),
+            ("model", model),
+            ("imports", tuple(imports)),
+            ("scopes", MappingProxyType(converted)),
+            ("locations", MappingProxyType(dict(locations))),
         ):
             object.__setattr__(self, name, value)
 
@@ -184,8 +194,8 @@ def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistr
         data["index"] = recorder.index
     elif recorder.index != default_index(key):
         raise ValueError(f"Output {key!r}: a recorder that records an input cannot also set index={recorder.index}.")
-    for field in RECORDER_FIELDS:
-        value = getattr(recorder, field.name)
-        if field.name not in _WRITTEN_APART and field.key not in data and value != field.default:
-            data[field.key] = field.write(value)
+    for recorder_field in RECORDER_FIELDS:
+        value = getattr(recorder, recorder_field.name)
+        if recorder_field.name not in _WRITTEN_APART and recorder_field.key not in data and value != recorder_field.default:
+            data[recorder_field.key] = recorder_field.write(value)
     return data

@@ -136,8 +136,6 @@ def noted(issue: SpecIssue, chain: tuple[str, ...]) -> SpecIssue:
     return issue.with_note(f"(extends chain: {' -> '.join(chain)})") if len(chain) > 1 else issue
 
 
-
-
 @dataclass
 class Part:
     """One file's plain data and node locations; building it collects every issue instead of stopping."""
@@ -195,7 +193,11 @@ class Part:
         if tag == _BOOL and value in _TRUE | _FALSE:
             return value in _TRUE
         if tag == _INT and len(value) > MAX_INTEGER_DIGITS + 1 and _INT_RE.fullmatch(value):
-            return self.fail(node.start_mark, path, f"number {value[:20]}... has over {MAX_INTEGER_DIGITS} digits (MAX_INTEGER_DIGITS), so it is too long")
+            return self.fail(
+                node.start_mark,
+                path,
+                f"number {value[:20]}... has over {MAX_INTEGER_DIGITS} digits (MAX_INTEGER_DIGITS), so it is too long",
+            )
         try:
             if tag == _INT and _INT_RE.fullmatch(value):
                 return int(value)
@@ -277,7 +279,9 @@ def _parse(text: str, file: str | None, chain: tuple[str, ...], budget: Budget |
     if root is None or isinstance(root, ScalarNode) and root.tag == _NULL and root.value == "":
         part.issues.append(noted(SpecIssue("the spec is empty; it needs at least 'yamltrace: 1'", "$", file), chain))
     elif not isinstance(root, MappingNode):
-        part.fail(root.start_mark, (), f"the top level of a spec must be a mapping (yamltrace: 1, outputs: ...), not {_kind(root)}")
+        part.fail(
+            root.start_mark, (), f"the top level of a spec must be a mapping (yamltrace: 1, outputs: ...), not {_kind(root)}"
+        )
     else:
         part.data = part.build(root, ())
     if part.issues:
@@ -285,9 +289,7 @@ def _parse(text: str, file: str | None, chain: tuple[str, ...], budget: Budget |
     return part
 
 
-def read_text(
-    text: str | bytes, max_bytes: int, file: str | None, chain: tuple[str, ...], budget: Budget | None = None
-) -> Part:
+def read_text(text: str | bytes, max_bytes: int, file: str | None, chain: tuple[str, ...], budget: Budget | None = None) -> Part:
     """Parse one document of at most `max_bytes` (and of what is left of `budget`, shared by an extends chain)."""
     budget = budget or Budget(bytes=max_bytes)
     size = len(text) if isinstance(text, bytes) or len(text) > max_bytes else len(text.encode("utf-8", "surrogatepass"))
@@ -321,4 +323,3 @@ def read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...], b
     if info.st_size > max_bytes or len(raw) > max_bytes:
         raise _too_big(max_bytes, display, chain)
     return read_text(raw, max_bytes, display, chain, budget)
-

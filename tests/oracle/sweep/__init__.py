@@ -9,6 +9,15 @@ from ._compare import VARIANT_NAMES, VARIANTS, Built, Result, StageError, build,
 from ._enumerate import POPULAR, Target, enumerate_targets
 
 __all__ = [
-    "VARIANTS", "VARIANT_NAMES", "Built", "Result", "StageError", "build", "compare_target", "run_variant",
-    "POPULAR", "Target", "enumerate_targets",
+    "VARIANTS",
+    "VARIANT_NAMES",
+    "Built",
+    "Result",
+    "StageError",
+    "build",
+    "compare_target",
+    "run_variant",
+    "POPULAR",
+    "Target",
+    "enumerate_targets",
 ]

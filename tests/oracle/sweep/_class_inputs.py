@@ -170,7 +170,8 @@ def _encoder_states(model: Any) -> torch.Tensor:
     config = model.config
     encoder = getattr(config, "encoder_config", None)
     width = (
-        getattr(config, "cross_attention_hidden_size", None) or getattr(config, "cross_hidden_size", None)
+        getattr(config, "cross_attention_hidden_size", None)
+        or getattr(config, "cross_hidden_size", None)
         or _inputs._width(encoder or config)
     )
     return torch.randn(_inputs.BATCH, 5, width, generator=_inputs._generator(14))
@@ -336,7 +337,6 @@ def _autoformer_decoder(model: Any) -> dict[str, Any]:
     return inputs | {"trend": trend, "encoder_hidden_states": states}
 
 
-
 def _model_only(builders: dict[str, Callable[[Any], dict[str, Any]]]) -> dict[str, Hook]:
     """Hooks from builders that take only the model."""
     return {name: (lambda model, generic, build=build: build(model)) for name, build in builders.items()}
@@ -356,51 +356,56 @@ CLASS_INPUTS: dict[str, Hook] = {
     "inkling.InklingAudioModel": _inkling_audio,
     "molmo2.Molmo2Adapter": _pooled_patches,
     "muse_glimmer_assistant.MuseGlimmerAssistantModel": _draft_block,
-    **_model_only({
-        **dict.fromkeys(
-            (
-                "qwen3_omni_moe.Qwen3OmniMoeCode2WavTransformerModel",
-                "qwen3_omni_moe.Qwen3OmniMoeTalkerCodePredictorModel",
-                "qwen3_omni_moe.Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration",
-                "qwen3_omni_moe.Qwen3OmniMoeTalkerModel",
-                "qwen3_omni_moe.Qwen3OmniMoeTalkerForConditionalGeneration",
+    **_model_only(
+        {
+            **dict.fromkeys(
+                (
+                    "qwen3_omni_moe.Qwen3OmniMoeCode2WavTransformerModel",
+                    "qwen3_omni_moe.Qwen3OmniMoeTalkerCodePredictorModel",
+                    "qwen3_omni_moe.Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration",
+                    "qwen3_omni_moe.Qwen3OmniMoeTalkerModel",
+                    "qwen3_omni_moe.Qwen3OmniMoeTalkerForConditionalGeneration",
+                ),
+                _embeddings,
             ),
-            _embeddings,
-        ),
-        **dict.fromkeys(
-            (
-                "t5gemma.T5GemmaDecoder", "t5gemma2.T5Gemma2Decoder", "moonshine_streaming.MoonshineStreamingDecoder",
-                "cohere_asr.CohereAsrDecoder",
+            **dict.fromkeys(
+                (
+                    "t5gemma.T5GemmaDecoder",
+                    "t5gemma2.T5Gemma2Decoder",
+                    "moonshine_streaming.MoonshineStreamingDecoder",
+                    "cohere_asr.CohereAsrDecoder",
+                ),
+                _with_encoder_states,
             ),
-            _with_encoder_states,
-        ),
-        "seamless_m4t_v2.SeamlessM4Tv2TextToUnitDecoder": _text_to_unit,
-        "splinter.SplinterForPreTraining": _with_question_token,
-        "voxtral_realtime.VoxtralRealtimeTextModel": _with_time_condition,
-        "audioflamingo3.AudioFlamingo3Encoder": _with_frame_mask,
-        "fun_asr_nano.FunAsrNanoEncoder": _stacked_frames,
-        "qwen3_asr.Qwen3ASREncoder": _chunked_spectrogram,
-        **dict.fromkeys(
-            ("granite_speech5.GraniteSpeech5Encoder", "granite_speech5.GraniteSpeech5ForCTC"), _four_stacked_frames
-        ),
-        "dots3_note.Dots3NoteAudioModel": _audio_chunks,
-        "gemma3n.Gemma3nAudioEncoder": _gemma3n_audio,
-        **dict.fromkeys(("xcodec2.Xcodec2Model", "neucodec.NeuCodecModel"), _codec_with_semantics),
-        **dict.fromkeys(
-            ("pe_audio.PeAudioEncoder", "pe_audio.PeAudioModel", "pe_audio.PeAudioFrameLevelModel"), _mono_waveform
-        ),
-        "omniasr.OmniASRAudioModel": _one_channel,
-        "moshi.MoshiDepthDecoder": _depth_decoder,
-        "autoformer.AutoformerDecoder": _autoformer_decoder,
-        "clvp.ClvpModelForConditionalGeneration": _text_and_speech,
-        "moshi.MoshiForConditionalGeneration": _moshi,
-        "dia.DiaDecoder": lambda model: _codebook_ids(model) | {"encoder_hidden_states": _encoder_states(model)},
-        **dict.fromkeys(
-            (
-                "kyutai_speech_to_text.KyutaiSpeechToTextModel",
-                "kyutai_speech_to_text.KyutaiSpeechToTextForConditionalGeneration", "csm.CsmBackboneModel",
+            "seamless_m4t_v2.SeamlessM4Tv2TextToUnitDecoder": _text_to_unit,
+            "splinter.SplinterForPreTraining": _with_question_token,
+            "voxtral_realtime.VoxtralRealtimeTextModel": _with_time_condition,
+            "audioflamingo3.AudioFlamingo3Encoder": _with_frame_mask,
+            "fun_asr_nano.FunAsrNanoEncoder": _stacked_frames,
+            "qwen3_asr.Qwen3ASREncoder": _chunked_spectrogram,
+            **dict.fromkeys(
+                ("granite_speech5.GraniteSpeech5Encoder", "granite_speech5.GraniteSpeech5ForCTC"), _four_stacked_frames
             ),
-            _codebook_ids,
-        ),
-    }),
+            "dots3_note.Dots3NoteAudioModel": _audio_chunks,
+            "gemma3n.Gemma3nAudioEncoder": _gemma3n_audio,
+            **dict.fromkeys(("xcodec2.Xcodec2Model", "neucodec.NeuCodecModel"), _codec_with_semantics),
+            **dict.fromkeys(
+                ("pe_audio.PeAudioEncoder", "pe_audio.PeAudioModel", "pe_audio.PeAudioFrameLevelModel"), _mono_waveform
+            ),
+            "omniasr.OmniASRAudioModel": _one_channel,
+            "moshi.MoshiDepthDecoder": _depth_decoder,
+            "autoformer.AutoformerDecoder": _autoformer_decoder,
+            "clvp.ClvpModelForConditionalGeneration": _text_and_speech,
+            "moshi.MoshiForConditionalGeneration": _moshi,
+            "dia.DiaDecoder": lambda model: _codebook_ids(model) | {"encoder_hidden_states": _encoder_states(model)},
+            **dict.fromkeys(
+                (
+                    "kyutai_speech_to_text.KyutaiSpeechToTextModel",
+                    "kyutai_speech_to_text.KyutaiSpeechToTextForConditionalGeneration",
+                    "csm.CsmBackboneModel",
+                ),
+                _codebook_ids,
+            ),
+        }
+    ),
 }

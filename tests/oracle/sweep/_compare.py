@@ -109,9 +109,11 @@ def output_keys(model_cls: type) -> list[str]:
 def nested_keys(model: nn.Module) -> list[str]:
     """The keys of the maps of the models a model holds (in `named_modules` order): what a class with an
     empty map of its own returns, recorded by its decorated encoder, decoder or base model."""
-    return list(dict.fromkeys(
-        key for _, module in model.named_modules() for key in (getattr(type(module), "_can_record_outputs", None) or {})
-    ))
+    return list(
+        dict.fromkeys(
+            key for _, module in model.named_modules() for key in (getattr(type(module), "_can_record_outputs", None) or {})
+        )
+    )
 
 
 def flags(keys: list[str]) -> dict[str, bool]:
@@ -159,13 +161,16 @@ def reference(model: nn.Module, inputs: dict[str, torch.Tensor], keys: list[str]
     found = {key: _field(output, key) for key in keys}
     names = list(output.keys()) if hasattr(output, "keys") else []
     found[PREFIXED] = [
-        name for name in names
-        if name not in keys and any(name.endswith("_" + key) and found[key] is None for key in keys)
+        name
+        for name in names
+        if name not in keys
+        and any(name.endswith("_" + key) and found[key] is None for key in keys)
         and isinstance(output[name], (tuple, list))
     ]
     found.update((name, output[name]) for name in found[PREFIXED])
     found[NESTED] = [
-        name for name in (output.keys() if hasattr(output, "keys") else ())
+        name
+        for name in (output.keys() if hasattr(output, "keys") else ())
         if any(_field(output[name], key) is not None for key in keys) and hasattr(output[name], "keys")
     ]
     for name in found[NESTED]:
@@ -197,8 +202,10 @@ def nested_captures(captures: Any, entries: list[str]) -> dict[str, Any]:
         field, _, key = entry.partition(".")
         part = _part_of(field)
         fits = [
-            name for name in captures
-            if (name == key or name.endswith("_" + key)) and captures.paths(name)
+            name
+            for name in captures
+            if (name == key or name.endswith("_" + key))
+            and captures.paths(name)
             and all(_in_part(path, part) for path in captures.paths(name))
         ]
         found[entry] = captures[fits[0]] if len(fits) == 1 else None
@@ -355,14 +362,14 @@ EXPOSED = "<exposed>"  # every key the trace yielded (variants a, b): named in a
 
 
 def _equal_under(actual: dict[str, Any], expected: Any, entry: str) -> str:
-    """"; equal to trace's `name`" when another key the trace yielded holds exactly the entry's values
+    """ "; equal to trace's `name`" when another key the trace yielded holds exactly the entry's values
     (a naming difference, still a difference), else ""."""
     names = [n for n, v in actual.get(EXPOSED, {}).items() if n != entry and v and difference(v, expected, n) is None]
     return f"; equal to trace's {', '.join(f'`{n}`' for n in names)}" if names else ""
 
 
 def run_variant(built: Built, variant: str) -> str:
-    """"equal", or "differs: <first difference>" / "error: <exception>" for one variant."""
+    """ "equal", or "differs: <first difference>" / "error: <exception>" for one variant."""
     try:
         actual = _captures(built, variant)
     except Exception as error:

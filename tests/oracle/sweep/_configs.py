@@ -30,16 +30,33 @@ HEADS = 4
 # Field name -> the value it is lowered to (when the default is an int larger than it).
 SIZES: dict[str, int] = {
     **dict.fromkeys(
-        ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
-         "num_encoder_layers", "num_decoder_layers", "depth", "num_decoder_hidden_layers"),
+        (
+            "num_hidden_layers",
+            "num_layers",
+            "n_layer",
+            "n_layers",
+            "encoder_layers",
+            "decoder_layers",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "depth",
+            "num_decoder_hidden_layers",
+        ),
         LAYERS,
     ),
     **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "embedding_size", "hidden_dim"), HIDDEN),
     **dict.fromkeys(("intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim", "ffn_dim", "d_ff", "mlp_dim"), 48),
     **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size"), 16),
     **dict.fromkeys(
-        ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads",
-         "num_heads", "attention_heads"),
+        (
+            "num_attention_heads",
+            "n_head",
+            "n_heads",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "num_heads",
+            "attention_heads",
+        ),
         HEADS,
     ),
     "num_key_value_heads": 2,
@@ -76,23 +93,45 @@ SIZES: dict[str, int] = {
 # Fields that some configs leave None (and their models read as-is) -> the value they get: `None` lets
 # `_fill` derive it (head_dim = hidden // heads; MLA keeps one key/value head per query head).
 FILL: dict[str, Any] = {
-    "head_dim": None, "num_key_value_heads": None, "vocab_size": 99,
-    "num_experts_per_tok": 2, "n_routed_experts": 4, "n_shared_experts": 1,
+    "head_dim": None,
+    "num_key_value_heads": None,
+    "vocab_size": 99,
+    "num_experts_per_tok": 2,
+    "n_routed_experts": 4,
+    "n_shared_experts": 1,
 }
 
 # Fields recomputed from the others when absent.
 DERIVED = (
-    "layer_types", "mlp_layer_types", "transformers_version", "architectures", "_name_or_path", "out_features",
-    "out_indices", "stage_names", "feature_size", "image_embedding_size",
+    "layer_types",
+    "mlp_layer_types",
+    "transformers_version",
+    "architectures",
+    "_name_or_path",
+    "out_features",
+    "out_indices",
+    "stage_names",
+    "feature_size",
+    "image_embedding_size",
 )
 # Single layer indices besides feature layers (MiniCPM-V's vision merger runs after layer `insert_layer_id`).
 LAYER_INDEX_FIELDS = ("insert_layer_id",)
 # The layer counts: what the "layers" level lowers (the fallback when shrinking every size fails) and what
 # per-layer lists follow. Named, not read off SIZES: key/value heads and expert groups also shrink to 2.
-LAYER_FIELDS = frozenset((
-    "num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
-    "num_encoder_layers", "num_decoder_layers", "depth", "num_decoder_hidden_layers",
-))
+LAYER_FIELDS = frozenset(
+    (
+        "num_hidden_layers",
+        "num_layers",
+        "n_layer",
+        "n_layers",
+        "encoder_layers",
+        "decoder_layers",
+        "num_encoder_layers",
+        "num_decoder_layers",
+        "depth",
+        "num_decoder_hidden_layers",
+    )
+)
 LEVELS = ("small", "layers")
 
 # model_type -> fields set on every config (or sub-config) of that type, after shrinking.
@@ -110,7 +149,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         for family in ("time_series_transformer", "informer")
     },
     "autoformer": {
-        "prediction_length": 4, "context_length": 8, "lags_sequence": [1, 2, 3], "num_time_features": 1,
+        "prediction_length": 4,
+        "context_length": 8,
+        "lags_sequence": [1, 2, 3],
+        "num_time_features": 1,
         "label_length": 4,  # the decoder starts from the context's last `label_length` steps
     },
     "mistral4": {"head_dim": 16},  # half of it rotates (rope partial_rotary_factor 0.5): qk_rope_head_dim 8
@@ -145,7 +187,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Deep-stack projectors: the default maps no vision layer to a language layer, and its spatial targets
     # are layers 12-21 of the full model.
     "granite4_vision": {
-        "deepstack_layer_map": [[0, 0]], "spatial_target_layers": [0, 1, 0, 1], "downsample_rate": "1/2",
+        "deepstack_layer_map": [[0, 0]],
+        "spatial_target_layers": [0, 1, 0, 1],
+        "downsample_rate": "1/2",
     },
     # Its rotary embedding always splits by multimodal sections (the checkpoint's four axes: position, width,
     # height, image index); the default names none. One frequency pair per axis fills the half head of 4.
@@ -158,17 +202,25 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The default names no feature level (checkpoints do; the fields derived from it are set with it), and
     # fewer queries than the 4 x 4 patches of a 32-pixel image: each query group picks its top proposals.
     "lw_detr": {
-        "projector_scale_factors": [1.0], "num_feature_levels": 1, "projector_in_channels": [HIDDEN],
-        "projector_out_channels": HIDDEN, "num_queries": 8,
+        "projector_scale_factors": [1.0],
+        "num_feature_levels": 1,
+        "projector_in_channels": [HIDDEN],
+        "projector_out_channels": HIDDEN,
+        "num_queries": 8,
     },
     "rf_detr": {"num_queries": 8},
     # Stage widths ending at the hidden size, one block per stage. The fields the config derives from them are
     # written out: the shrunk defaults passed back would override what it derives.
     "efficientloftr": {
-        "out_features": [16, 16, 32, 32], "stage_num_blocks": [1, 1, 1, 1], "stage_in_channels": [1, 16, 16, 32],
-        "stage_block_stride": [[2], [1], [2], [2]], "stage_block_out_channels": [[16], [16], [32], [32]],
-        "stage_block_in_channels": [[1], [16], [16], [32]], "fine_fusion_dims": [32, 32, 16],
-        "intermediate_size": 2 * HIDDEN, "num_key_value_heads": HEADS,
+        "out_features": [16, 16, 32, 32],
+        "stage_num_blocks": [1, 1, 1, 1],
+        "stage_in_channels": [1, 16, 16, 32],
+        "stage_block_stride": [[2], [1], [2], [2]],
+        "stage_block_out_channels": [[16], [16], [32], [32]],
+        "stage_block_in_channels": [[1], [16], [16], [32]],
+        "fine_fusion_dims": [32, 32, 16],
+        "intermediate_size": 2 * HIDDEN,
+        "num_key_value_heads": HEADS,
         # 2-D rotary positions fill half the hidden size: head_dim * factor = hidden / 2 (4.0 for 8 heads).
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": HEADS / 2},
     },
@@ -182,8 +234,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # pooling block cannot be global), windows that fit the 8 x 8 patch grid of a 32-pixel image; the vision
     # neck reads those widths and hands the mask decoder maps of the first three stages' sizes.
     "sam2_hiera_det_model": {
-        "embed_dim_per_stage": [HIDDEN, 2 * HIDDEN, 4 * HIDDEN, 8 * HIDDEN], "blocks_per_stage": [1, 2, 1, 1],
-        "global_attention_blocks": [2], "window_size_per_stage": [4, 2, 2, 2],
+        "embed_dim_per_stage": [HIDDEN, 2 * HIDDEN, 4 * HIDDEN, 8 * HIDDEN],
+        "blocks_per_stage": [1, 2, 1, 1],
+        "global_attention_blocks": [2],
+        "window_size_per_stage": [4, 2, 2, 2],
     },
     "sam2_vision_model": {
         "backbone_channel_list": [8 * HIDDEN, 4 * HIDDEN, 2 * HIDDEN, HIDDEN],
@@ -197,10 +251,17 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # A neck of two stages (the default's four read layers 2, 5, 8 and 11): the two lowered layers' outputs.
     "dpt": {"backbone_out_indices": [0, 1], "neck_hidden_sizes": [16, 32], "reassemble_factors": [2, 1]},
     "prompt_depth_anything": {
-        "neck_hidden_sizes": [16, 32], "reassemble_factors": [2, 1],
+        "neck_hidden_sizes": [16, 32],
+        "reassemble_factors": [2, 1],
         "backbone_config": {
-            "model_type": "dinov2", "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
-            "image_size": 32, "patch_size": 8, "out_indices": [1, 2], "reshape_hidden_states": False,
+            "model_type": "dinov2",
+            "hidden_size": HIDDEN,
+            "num_hidden_layers": LAYERS,
+            "num_attention_heads": HEADS,
+            "image_size": 32,
+            "patch_size": 8,
+            "out_indices": [1, 2],
+            "reshape_hidden_states": False,
         },
     },
     # The queries join for the last `num_blocks` layers (default 4, more than the 2 lowered layers): the last one.
@@ -209,11 +270,15 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # refinement conv, and the pointmap head's focal-length scale branch. Key/value heads per layer are
     # derived again from the lowered head counts: one full-attention layer, then one grouped-query layer.
     "sapiens2": {
-        "num_key_value_heads_per_layer": None, "num_key_value_attention_heads": 2,
-        "num_first_full_attention_layers": 1, "num_last_full_attention_layers": 0,
+        "num_key_value_heads_per_layer": None,
+        "num_key_value_attention_heads": 2,
+        "num_first_full_attention_layers": 1,
+        "num_last_full_attention_layers": 0,
         "head_config": {
-            "upsample_out_channels": [16, 16], "conv_out_channels": [16],
-            "scale_conv_out_channels": [16], "scale_final_hidden_sizes": [16, 16],
+            "upsample_out_channels": [16, 16],
+            "conv_out_channels": [16],
+            "scale_conv_out_channels": [16],
+            "scale_final_hidden_sizes": [16, 16],
         },
     },
     # Adapters from the audio and vision towers into the text model: their widths must match both sides.
@@ -225,7 +290,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     **{
         family: {"num_key_value_heads": HEADS}
         for family in (
-            "nemotron3_diarization_audio", "nemotron3_5_transcribe_asr_audio", "nemotron3_5_transcribe_word_timestamp",
+            "nemotron3_diarization_audio",
+            "nemotron3_5_transcribe_asr_audio",
+            "nemotron3_5_transcribe_word_timestamp",
             "granite_speech5_encoder",
         )
     },
@@ -233,9 +300,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "step3p5": {"sliding_window": 4},  # Step3p7's text config: its forward builds a sliding mask whatever the layers
     # The text-to-unit model's sizes (its part of the config is named with a `t2u_` prefix).
     "seamless_m4t_v2": {
-        "t2u_encoder_layers": LAYERS, "t2u_decoder_layers": LAYERS, "t2u_encoder_ffn_dim": 48, "t2u_decoder_ffn_dim": 48,
-        "t2u_encoder_attention_heads": HEADS, "t2u_decoder_attention_heads": HEADS,
-        "t2u_variance_predictor_embed_dim": HIDDEN, "t2u_variance_predictor_hidden_dim": 16,
+        "t2u_encoder_layers": LAYERS,
+        "t2u_decoder_layers": LAYERS,
+        "t2u_encoder_ffn_dim": 48,
+        "t2u_decoder_ffn_dim": 48,
+        "t2u_encoder_attention_heads": HEADS,
+        "t2u_decoder_attention_heads": HEADS,
+        "t2u_variance_predictor_embed_dim": HIDDEN,
+        "t2u_variance_predictor_hidden_dim": 16,
     },
     "moonshine_streaming": {"num_key_value_heads": HEADS},  # read by its decoder's attention (as its head count)
     # The quantizer reads the acoustic and semantic states side by side (twice the lowered hidden size); the
@@ -254,15 +326,21 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Its hybrid layers share one transformer, tied from the first to the others: two of them, and a Mamba layer.
     # Its attention widths are derived (twice the hidden size) when None.
     "zamba": {
-        "num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"],
-        "attention_hidden_size": None, "attention_head_dim": None,
+        "num_hidden_layers": 3,
+        "layers_block_type": ["linear_attention", "hybrid", "hybrid"],
+        "attention_hidden_size": None,
+        "attention_head_dim": None,
     },
     # Its attention reads a field its config class lacks, and clamps with `clip_qkv` (None fails): the checkpoint's.
     "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
     # Its input, recurrent and output layers must add up to the layer count (its `to_dict` doubles every count
     # and lists an `mlp` block per layer, which `__post_init__` halves again): one of each, the pattern derived.
     "dory": {
-        "num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1, "layer_types": None,
+        "num_hidden_layers": 3,
+        "n_input_layers": 1,
+        "n_recurrent_layers": 1,
+        "n_output_layers": 1,
+        "layer_types": None,
     },
 }
 
@@ -278,7 +356,11 @@ SUB_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
 # passed back to the constructor, they would land as extra attributes over the recomputed values.
 REDERIVED: dict[str, tuple[str, ...]] = {
     "zamba2": (
-        "attention_hidden_size", "attention_head_dim", "mamba_headdim", "kv_channels", "num_query_groups",
+        "attention_hidden_size",
+        "attention_head_dim",
+        "mamba_headdim",
+        "kv_channels",
+        "num_query_groups",
         "hybrid_layer_ids",
     ),
     "dots3_note_audio_encoder": ("conv_output_size", "samples_per_token"),
@@ -287,7 +369,8 @@ REDERIVED: dict[str, tuple[str, ...]] = {
 
 def _special_token_ids(values: dict[str, Any]) -> list[int]:
     return [
-        v for k, v in values.items()
+        v
+        for k, v in values.items()
         if k.endswith(("_token_id", "_token_index")) and isinstance(v, int) and not isinstance(v, bool)
     ]
 
@@ -372,9 +455,7 @@ def _mrope(values: dict[str, Any], default: list[int] | None) -> None:
         rope["mrope_section"] = list(default)
     for params in [rope, *(v for v in rope.values() if isinstance(v, dict))]:
         sections = params.get("mrope_section")
-        head = values.get("head_dim") or (
-            values.get("hidden_size", 0) // max(1, values.get("num_attention_heads") or 1)
-        )
+        head = values.get("head_dim") or (values.get("hidden_size", 0) // max(1, values.get("num_attention_heads") or 1))
         if not isinstance(sections, list) or not head:
             continue
         factor = params.get("partial_rotary_factor", values.get("partial_rotary_factor")) or 1.0
@@ -452,9 +533,7 @@ def _shrunk(config: Any, level: str, mrope: list[int] | None = None, extra: dict
         shrunk = None
     # Layer kinds: the re-derived pattern, unless it lost a kind the full model has (a 2-layer Qwen3.5
     # derives two linear-attention layers; its full-attention layer is picked back).
-    kinds = [
-        k for k in ("layer_types", "mlp_layer_types") if isinstance(everything.get(k), list) and k not in overrides
-    ]
+    kinds = [k for k in ("layer_types", "mlp_layer_types") if isinstance(everything.get(k), list) and k not in overrides]
     kept = {k: everything[k] for k in kinds}
     _per_layer(kept, before, _layer_count(values), level)
     if shrunk is not None and all(_kinds(getattr(shrunk, k, None)) >= _kinds(kept[k]) for k in kinds):
@@ -509,7 +588,9 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     # Its contrastive heads read two fields its config class does not declare (checkpoints set them), and
     # compare text, image and cross-modal states: one width for all (the vision tower's 64, see OVERRIDES).
     "BridgeTowerForContrastiveLearning": {
-        "contrastive_hidden_size": 16, "logit_scale_init_value": 2.6592, "hidden_size": 64,
+        "contrastive_hidden_size": 16,
+        "logit_scale_init_value": 2.6592,
+        "hidden_size": 64,
         "text_config.hidden_size": 64,
     },
     # Built by UVDoc's backbone with the backbone's config, though its class names the whole model's: the
@@ -573,7 +654,7 @@ def tiny_config(model_cls: type, level: str = "small") -> Any:
         prefix = CLASS_PREFIXES[model_cls.__name__]
         for key, value in config.to_dict().items():
             if key.startswith(prefix):
-                setattr(config, key[len(prefix):], value)
+                setattr(config, key[len(prefix) :], value)
     _post_overrides(config)
     for key, value in CLASS_OVERRIDES.get(model_cls.__name__, {}).items():
         _set_path(config, key, value)

@@ -19,8 +19,28 @@ __all__ = ["Target", "POPULAR", "enumerate_targets", "import_failures", "capture
 
 # Families whose every class (base and heads) runs in the default test suite.
 POPULAR = (
-    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt2", "gpt_neox", "opt",
-    "bert", "roberta", "t5", "bart", "whisper", "vit", "clip", "siglip", "mixtral", "qwen2_moe", "deepseek_v3",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "phi3",
+    "gpt2",
+    "gpt_neox",
+    "opt",
+    "bert",
+    "roberta",
+    "t5",
+    "bart",
+    "whisper",
+    "vit",
+    "clip",
+    "siglip",
+    "mixtral",
+    "qwen2_moe",
+    "deepseek_v3",
 )
 
 

@@ -79,7 +79,9 @@ def input_features(config: Any, seed: int = 4) -> torch.Tensor:
         return torch.randn(BATCH, mel, 2 * config.max_source_positions, generator=_generator(seed))
     features = (
         getattr(config, "feature_projection_input_dim", None)  # stacked frames (Wav2Vec2-BERT, SeamlessM4T)
-        or getattr(config, "input_feat_per_channel", None) or getattr(config, "feature_size", None) or 80
+        or getattr(config, "input_feat_per_channel", None)
+        or getattr(config, "feature_size", None)
+        or 80
     )
     channels = getattr(config, "input_channels", 1)
     return torch.randn(BATCH, 64, features * channels, generator=_generator(seed))
@@ -355,16 +357,22 @@ def _main_input(model: Any, main: str) -> torch.Tensor:
     if main == "hidden_states" and conv_input(model) is not None:
         tensor = conv_input(model)
     mel = next(
-        (getattr(c, "num_mel_bins", None) for c in (config, getattr(config, "encoder_config", None),
-         getattr(config, "audio_config", None)) if getattr(c, "num_mel_bins", None)),
+        (
+            getattr(c, "num_mel_bins", None)
+            for c in (config, getattr(config, "encoder_config", None), getattr(config, "audio_config", None))
+            if getattr(c, "num_mel_bins", None)
+        ),
         None,
     )
     if main == "input_values" and isinstance(getattr(config, "audio_channels", None), int):
         tensor = tensor.unsqueeze(1).expand(-1, config.audio_channels, -1).contiguous()  # a codec
     if main == "input_values" and mel and isinstance(getattr(config, "max_length", None), int):
         tensor = torch.randn(BATCH, config.max_length, mel, generator=_generator(5))  # a spectrogram (AST)
-    if main == "input_features" and mel and not getattr(config, "max_source_positions", None) and not getattr(
-        getattr(config, "encoder_config", None), "max_source_positions", None
+    if (
+        main == "input_features"
+        and mel
+        and not getattr(config, "max_source_positions", None)
+        and not getattr(getattr(config, "encoder_config", None), "max_source_positions", None)
     ):
         tensor = spectrogram(model, mel)
     if main == "input_values" and name.endswith("ForXVector"):
@@ -423,5 +431,6 @@ def _placeholder_tokens(config: Any) -> bool:
     """Whether the config names image/video/audio placeholder tokens (a model that embeds media in text)."""
     return any(
         ("image" in name or "video" in name or "audio" in name) and name.endswith(("_token_id", "_token_index"))
-        for name in dir(config) if getattr(config, name, None) is not None
+        for name in dir(config)
+        if getattr(config, name, None) is not None
     )

@@ -35,10 +35,16 @@ QUERIES = 5  # when the config names no query count
 SIDE = 8  # the first level's side; each further level halves it
 
 # Forward parameters that mark a DETR-style encoder or decoder fed by its parent model.
-DETECTION_PARAMETERS = frozenset((
-    "reference_points", "spatial_shapes", "spatial_shapes_list", "valid_ratios",
-    "spatial_position_embeddings", "object_queries_position_embeddings",
-))
+DETECTION_PARAMETERS = frozenset(
+    (
+        "reference_points",
+        "spatial_shapes",
+        "spatial_shapes_list",
+        "valid_ratios",
+        "spatial_position_embeddings",
+        "object_queries_position_embeddings",
+    )
+)
 
 # A forward taking one of these is a whole model, not a part fed by its parent.
 MAIN_INPUTS = frozenset(("input_ids", "pixel_values", "pixel_values_videos", "input_features", "input_values"))
@@ -191,18 +197,24 @@ def prompted_detector(model: Any, parameters: set[str], seed: int = 26) -> dict[
         maps = [torch.randn(BATCH, width, 2 * s, 2 * s, generator=g) for s in levels]
         coarsest = maps[-1].shape[-1] ** 2
         return dict(
-            decoder_queries=torch.randn(BATCH, QUERIES, width, generator=g), backbone_features=maps,
+            decoder_queries=torch.randn(BATCH, QUERIES, width, generator=g),
+            backbone_features=maps,
             encoder_hidden_states=torch.randn(BATCH, coarsest, width, generator=g),
-            prompt_features=prompt, prompt_mask=valid,
+            prompt_features=prompt,
+            prompt_mask=valid,
         )
     if "vision_pos_embeds" in parameters:  # the encoder
         return dict(
-            vision_features=[torch.randn(BATCH, width, side, side, generator=g)], text_features=prompt,
-            vision_pos_embeds=[torch.randn(BATCH, width, side, side, generator=g)], text_mask=valid,
+            vision_features=[torch.randn(BATCH, width, side, side, generator=g)],
+            text_features=prompt,
+            vision_pos_embeds=[torch.randn(BATCH, width, side, side, generator=g)],
+            text_mask=valid,
         )
     return {
-        "vision_features": torch.randn(BATCH, side * side, width, generator=g), "text_features": prompt,
-        "vision_pos_encoding": torch.randn(BATCH, side * side, width, generator=g), "text_mask": valid,
+        "vision_features": torch.randn(BATCH, side * side, width, generator=g),
+        "text_features": prompt,
+        "vision_pos_encoding": torch.randn(BATCH, side * side, width, generator=g),
+        "text_mask": valid,
         "spatial_shapes": torch.tensor([[side, side]]),
     }
 

@@ -19,8 +19,10 @@ BUILT = ("inputs", "forward", "no-output", "compared")  # statuses reached after
 CAUSES: dict[str, str] = {
     **dict.fromkeys(
         (
-            "bridgetower.BridgeTowerModel", "bridgetower.BridgeTowerForMaskedLM",
-            "bridgetower.BridgeTowerForImageAndTextRetrieval", "bridgetower.BridgeTowerForContrastiveLearning",
+            "bridgetower.BridgeTowerModel",
+            "bridgetower.BridgeTowerForMaskedLM",
+            "bridgetower.BridgeTowerForImageAndTextRetrieval",
+            "bridgetower.BridgeTowerForContrastiveLearning",
         ),
         "BridgeTowerModel builds `hidden_states` by hand: (text, image, cross-modal) tuples its forward appends, "
         "not what its map's hooks record.",
@@ -67,7 +69,9 @@ CAUSES: dict[str, str] = {
     "itself raises; nothing to compare.",
     **dict.fromkeys(
         (
-            "inkling2_loop.Inkling2LoopModel", "inkling2_loop.Inkling2LoopTextModel", "inkling2_loop.Inkling2LoopForCausalLM",
+            "inkling2_loop.Inkling2LoopModel",
+            "inkling2_loop.Inkling2LoopTextModel",
+            "inkling2_loop.Inkling2LoopForCausalLM",
             "inkling2_loop.Inkling2LoopForConditionalGeneration",
         ),
         "its map records `OutputRecorder(target_class=(4 classes))`, a tuple, which transformers accepts (isinstance) "
@@ -218,7 +222,7 @@ def render(results: list[Result], *, versions: str, import_failures: dict[str, s
         "",
         "### Compared but not equal",
         "",
-        "The first difference per variant (`key[index]`: what differs; *error*: the variant raised; \"equal to",
+        'The first difference per variant (`key[index]`: what differs; *error*: the variant raised; "equal to',
         "trace's `name`\": another key `trace` yields holds exactly these values) and, where diagnosed, its cause.",
         "",
         "| class | variant | result | cause |",

@@ -100,7 +100,9 @@ def test_spec_and_overrides_together_are_refused(checkpoint) -> None:
 
 
 def test_spec_for_another_model_class_is_a_spec_error(checkpoint) -> None:
-    _write_spec(checkpoint, "yamltrace: 1\nmodel: LlamaModel\noutputs:\n  hidden_states: yamltrace.examples.tiny:TinyDecoderLayer\n")
+    _write_spec(
+        checkpoint, "yamltrace: 1\nmodel: LlamaModel\noutputs:\n  hidden_states: yamltrace.examples.tiny:TinyDecoderLayer\n"
+    )
     with pytest.raises(SpecError, match="LlamaModel"):
         TinyModel.from_pretrained(checkpoint)
 
@@ -152,13 +154,20 @@ def test_missing_weights_file_is_reported(checkpoint) -> None:
 
 def test_two_checkpoints_with_different_specs_do_not_affect_each_other(tiny, tmp_path, input_ids) -> None:
     patched_dir, plain_dir = tmp_path / "patched", tmp_path / "plain"
-    save_pretrained(tiny, patched_dir, spec=f"yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  attentions: TinyAttention\npatches:\n  TinyAttention: {SDPA}\n")
+    save_pretrained(
+        tiny,
+        patched_dir,
+        spec=f"yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  attentions: TinyAttention\npatches:\n  TinyAttention: {SDPA}\n",
+    )
     save_pretrained(tiny, plain_dir)
     patched = TinyModel.from_pretrained(patched_dir).eval()
     plain = TinyModel.from_pretrained(plain_dir).eval()
     assert all(type(layer.self_attn) is SdpaTinyAttention for layer in patched.layers)
     assert all(type(layer.self_attn) is TinyAttention for layer in plain.layers)
-    assert TinyModel._can_record_outputs == {"hidden_states": yamltrace.examples.tiny.TinyDecoderLayer, "attentions": TinyAttention}
+    assert TinyModel._can_record_outputs == {
+        "hidden_states": yamltrace.examples.tiny.TinyDecoderLayer,
+        "attentions": TinyAttention,
+    }
     with trace(plain) as captures:
         plain(input_ids)
     assert len(captures["attentions"]) == 4 and all(a is not None for a in captures["attentions"])
@@ -174,7 +183,6 @@ def test_device_and_dtype_are_applied(checkpoint) -> None:
 def test_saving_with_an_explicit_spec_validates_it(tiny, tmp_path) -> None:
     with pytest.raises(SpecError):
         save_pretrained(tiny, tmp_path / "bad", spec="yamltrace: 1\noutputs:\n  hidden_states: {idx: 0}\n")
-
 
 
 class StandaloneMLP(torch.nn.Module):

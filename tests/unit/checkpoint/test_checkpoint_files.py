@@ -46,14 +46,18 @@ def test_a_spec_file_or_text_is_copied_byte_for_byte(tiny: TinyModel, tmp_path: 
 
 @pytest.mark.parametrize("form", ["Spec", "mapping"])
 def test_a_spec_object_or_mapping_is_rendered_with_to_yaml(tiny: TinyModel, tmp_path: Path, form: str) -> None:
-    spec = spec_from_model(TinyModel) if form == "Spec" else {"yamltrace": 1, "outputs": {"mlp": "yamltrace.examples.tiny:TinyMLP"}}
+    spec = (
+        spec_from_model(TinyModel) if form == "Spec" else {"yamltrace": 1, "outputs": {"mlp": "yamltrace.examples.tiny:TinyMLP"}}
+    )
     save_pretrained(tiny, tmp_path / "ckpt", spec=spec)
     expected = load_spec(spec).to_yaml()
     assert (tmp_path / "ckpt" / SPEC_FILE).read_text() == expected
 
 
 def test_a_spec_that_extends_a_base_is_saved_merged_so_the_checkpoint_stands_alone(tiny: TinyModel, tmp_path: Path) -> None:
-    (tmp_path / "base.yaml").write_text("yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: TinyDecoderLayer\n")
+    (tmp_path / "base.yaml").write_text(
+        "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: TinyDecoderLayer\n"
+    )
     (tmp_path / "child.yaml").write_text("yamltrace: 1\nextends: base.yaml\noutputs:\n  attentions: TinyAttention\n")
     save_pretrained(tiny, tmp_path / "ckpt", spec=tmp_path / "child.yaml")
     written = (tmp_path / "ckpt" / SPEC_FILE).read_text()
@@ -126,7 +130,9 @@ def test_a_shard_missing_a_tensor_its_index_lists_is_named(tiny: TinyModel, tmp_
     tensors = load_file(str(tmp_path / "ckpt" / shard))
     del tensors["norm.weight"]
     save_file(tensors, str(tmp_path / "ckpt" / shard))
-    with pytest.raises(ValueError, match=rf"model\.safetensors\.index\.json: {shard} lacks \['norm\.weight'\], which the index places there\."):
+    with pytest.raises(
+        ValueError, match=rf"model\.safetensors\.index\.json: {shard} lacks \['norm\.weight'\], which the index places there\."
+    ):
         TinyModel.from_pretrained(tmp_path / "ckpt")
 
 

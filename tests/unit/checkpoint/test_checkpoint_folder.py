@@ -49,7 +49,9 @@ def test_a_shard_index_naming_a_fifo_fails_instead_of_hanging(tiny: TinyModel, c
 def test_a_weights_file_that_is_a_fifo_is_refused_not_skipped(ckpt: Path) -> None:
     (ckpt / "model.safetensors").unlink()
     os.mkfifo(ckpt / "model.safetensors")
-    assert bounded(LOAD, str(ckpt)).startswith(f"FolderError: {ckpt}/model.safetensors: the weights file is not a regular file (a FIFO)")
+    assert bounded(LOAD, str(ckpt)).startswith(
+        f"FolderError: {ckpt}/model.safetensors: the weights file is not a regular file (a FIFO)"
+    )
 
 
 def test_a_shard_that_links_out_of_the_folder_is_refused(tiny: TinyModel, ckpt: Path, tmp_path: Path) -> None:

@@ -101,7 +101,9 @@ def test_a_local_path_that_does_not_exist_is_not_taken_for_a_hub_id(tmp_path: Pa
 
 
 def test_unknown_keyword_arguments_for_a_yamltrace_model_are_named(cache: Path) -> None:
-    with pytest.raises(TypeError, match=r"Unexpected arguments for a yamltrace model: \['attn_implementation'\]; it accepts revision"):
+    with pytest.raises(
+        TypeError, match=r"Unexpected arguments for a yamltrace model: \['attn_implementation'\]; it accepts revision"
+    ):
         from_pretrained(TinyModel, "org/tiny", cache_dir=cache, attn_implementation="eager")
 
 
@@ -153,7 +155,11 @@ def test_offline_hub_ids_with_hf_hub_offline(cache: Path, tmp_path: Path) -> Non
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     result = subprocess.run(
         [sys.executable, "-c", "import yamltrace.examples.tiny\n" + OFFLINE_SCRIPT, str(cache)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == {

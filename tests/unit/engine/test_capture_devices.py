@@ -14,7 +14,9 @@ from yamltrace.spec import load_spec
 def test_a_missing_cuda_device_is_named_when_the_capture_starts(
     tiny: TinyModel, input_ids: torch.Tensor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = load_spec({"yamltrace": 1, "outputs": {"hidden_states": {"target": "yamltrace.examples.tiny:TinyDecoderLayer", "to": "cuda"}}})
+    spec = load_spec(
+        {"yamltrace": 1, "outputs": {"hidden_states": {"target": "yamltrace.examples.tiny:TinyDecoderLayer", "to": "cuda"}}}
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(CaptureError, match=r"output 'hidden_states'.*moves captures to 'cuda', which this machine does not have"):
         with trace(tiny, spec):
@@ -22,7 +24,9 @@ def test_a_missing_cuda_device_is_named_when_the_capture_starts(
 
 
 def test_an_available_device_captures(tiny: TinyModel, input_ids: torch.Tensor) -> None:
-    spec = load_spec({"yamltrace": 1, "outputs": {"hidden_states": {"target": "yamltrace.examples.tiny:TinyDecoderLayer", "to": "cpu"}}})
+    spec = load_spec(
+        {"yamltrace": 1, "outputs": {"hidden_states": {"target": "yamltrace.examples.tiny:TinyDecoderLayer", "to": "cpu"}}}
+    )
     with trace(tiny, spec) as captured:
         tiny(input_ids)
     assert len(captured["hidden_states"]) == sum(isinstance(m, TinyDecoderLayer) for m in tiny.modules()) + 1

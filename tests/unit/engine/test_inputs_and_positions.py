@@ -89,8 +89,16 @@ def test_input_recorders_work_in_a_decorated_model_map(input_ids) -> None:
 
 @pytest.mark.parametrize(
     ("positions", "expected"),
-    [([-1], [6]), (-1, [6]), ([0, 3], [0, 3]), ([2], [2]), ("-3:", [4, 5, 6]), (":2", [0, 1]), ("0:7:3", [0, 3, 6]),
-     (slice(1, 3), [1, 2])],
+    [
+        ([-1], [6]),
+        (-1, [6]),
+        ([0, 3], [0, 3]),
+        ([2], [2]),
+        ("-3:", [4, 5, 6]),
+        (":2", [0, 1]),
+        ("0:7:3", [0, 3, 6]),
+        (slice(1, 3), [1, 2]),
+    ],
 )
 def test_positions_keep_the_selected_tokens_along_the_sequence(tiny, input_ids, positions, expected) -> None:
     spec = {"full": TinyDecoderLayer, "kept": OutputRecorder(TinyDecoderLayer, index=0, positions=positions)}
@@ -117,7 +125,12 @@ def test_positions_are_copied_out_so_the_full_tensor_is_not_retained(tiny, input
 
 def test_positions_combine_with_layers_detach_and_dtype(tiny, input_ids) -> None:
     recorder = OutputRecorder(
-        TinyDecoderLayer, index=0, positions=[-1], layers=(0, -1), detach=True, dtype=torch.float64,
+        TinyDecoderLayer,
+        index=0,
+        positions=[-1],
+        layers=(0, -1),
+        detach=True,
+        dtype=torch.float64,
     )
     x = input_ids
     tiny.requires_grad_(True)

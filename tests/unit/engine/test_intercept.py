@@ -40,7 +40,7 @@ def test_listener_sees_context_inputs_and_output_and_the_dict_is_restored() -> N
     handle = intercept([(module, recorder(log), "ctx")])
     out = module(x, shift=1.0)
     assert torch.equal(out, torch.full((2,), 3.0))
-    (context, args, kwargs, output), = log
+    ((context, args, kwargs, output),) = log
     assert context == "ctx" and args[0] is x and kwargs == {"shift": 1.0} and output is out
     handle.remove()
     handle.remove()  # idempotent
@@ -162,7 +162,7 @@ def test_listeners_see_inputs_after_pre_hooks_and_outputs_before_forward_hooks()
     handle = intercept([(module, recorder(log), None)])
     returned = module(torch.ones(1))
     handle.remove()
-    (_, args, _, output), = log
+    ((_, args, _, output),) = log
     assert torch.equal(args[0], torch.tensor([2.0]))  # the pre-hook's input
     assert torch.equal(output, torch.tensor([4.0]))  # the forward's own output
     assert torch.equal(returned, torch.tensor([400.0]))  # the caller still gets the hook's

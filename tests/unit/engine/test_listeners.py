@@ -40,8 +40,10 @@ SELECTIONS = {"none": None, "first kept": frozenset({0}), "second kept": frozens
 
 
 def state(collector: Collector) -> tuple:
-    lists = {k: [None if v is None else v.tolist() if isinstance(v, torch.Tensor) else v for v in vs]
-             for k, vs in collector.lists.items()}
+    lists = {
+        k: [None if v is None else v.tolist() if isinstance(v, torch.Tensor) else v for v in vs]
+        for k, vs in collector.lists.items()
+    }
     # A key without a transform reads None from `last_transform` whether or not it was written.
     transforms = {k: t for k, t in collector.last_transform.items() if t is not None}
     return lists, collector.paths, collector.silent, transforms
@@ -137,6 +139,15 @@ def test_the_entry_kind_picks_the_listener(kind) -> None:
         assert installed[0].__name__ == kind.split()[0]
     finally:
         interception.remove()
-    assert entry.kind == {"hidden_states": "hidden_states", "other": "other", "selected": "selected",
-                          "selected other": "selected", "general": "transformed", "general other": "transformed",
-                          "general input": "input"}[kind]
+    assert (
+        entry.kind
+        == {
+            "hidden_states": "hidden_states",
+            "other": "other",
+            "selected": "selected",
+            "selected other": "selected",
+            "general": "transformed",
+            "general other": "transformed",
+            "general input": "input",
+        }[kind]
+    )

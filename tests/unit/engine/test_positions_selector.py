@@ -16,8 +16,34 @@ from yamltrace.examples.tiny import TinyDecoderLayer
 # Fixed-length slices (the one-op path), slices whose length depends on the sequence (the general
 # path), single positions and lists (index_select), including ones that do not fit short sequences.
 POSITIONS = [
-    [-1], [0], [3], [-3], [-9], [9], "-1:", "-8:", "-3:-1", ":4", "2:6", "0:1", "9:", ":", "2:", ":-2",
-    "-5:3", "1:-1", "0:7:3", "::2", "-4::2", "3:3", "-2:-5", [0, -1], [2, 2, 0], [-7, 6], [0, 9], [-9, 0],
+    [-1],
+    [0],
+    [3],
+    [-3],
+    [-9],
+    [9],
+    "-1:",
+    "-8:",
+    "-3:-1",
+    ":4",
+    "2:6",
+    "0:1",
+    "9:",
+    ":",
+    "2:",
+    ":-2",
+    "-5:3",
+    "1:-1",
+    "0:7:3",
+    "::2",
+    "-4::2",
+    "3:3",
+    "-2:-5",
+    [0, -1],
+    [2, 2, 0],
+    [-7, 6],
+    [0, 9],
+    [-9, 0],
 ]
 LENGTHS = [1, 3, 7, 9]
 

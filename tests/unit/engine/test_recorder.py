@@ -76,7 +76,11 @@ def test_foreign_recorder_with_the_same_fields_is_converted() -> None:
         ({"target_class": Attention, "detach": 1}, TypeError, "detach must be a bool"),
         ({"target_class": Attention, "to": 0}, TypeError, "to must be a device string"),
         ({"target_class": Attention, "to": "gpu"}, ValueError, "'gpu' is not a device"),
-        ({"target_class": Attention, "dtype": "int8"}, ValueError, "dtype must be one of float16, bfloat16, float32, float64, got 'int8'"),
+        (
+            {"target_class": Attention, "dtype": "int8"},
+            ValueError,
+            "dtype must be one of float16, bfloat16, float32, float64, got 'int8'",
+        ),
         ({"target_class": Attention, "dtype": torch.int8}, ValueError, "dtype must be one of .*got torch.int8"),
         ({"target_class": Attention, "dtype": "__class__"}, ValueError, "dtype must be one of"),
     ],

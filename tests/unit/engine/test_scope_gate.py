@@ -31,8 +31,9 @@ def test_records_only_while_open_and_innermost(kind: str) -> None:
     entries = (entry_of(key, recorder),)
     session = Session(Collector(()), block=True)
     collector = Collector([key])
-    listener = _listener((nn.Identity(), ".layers.0", entries), session.scope_gate(3, collector),
-                         {key} if kind == "general" else set())
+    listener = _listener(
+        (nn.Identity(), ".layers.0", entries), session.scope_gate(3, collector), {key} if kind == "general" else set()
+    )
     assert listener.__name__ == kind
 
     def call() -> None:
@@ -70,8 +71,9 @@ def test_held_listeners_record_exactly_when_their_forward_session_records(kind: 
     key, recorder = KINDS[kind]
     entries = (entry_of(key, recorder),)
     ours, other = Session(Collector([key]), block=False), Session(Collector([key]), block=False)
-    listener = _listener((nn.Identity(), ".layers.0", entries), Sessions(forward_context(), (other, ours)),
-                         {key} if kind == "general" else set())
+    listener = _listener(
+        (nn.Identity(), ".layers.0", entries), Sessions(forward_context(), (other, ours)), {key} if kind == "general" else set()
+    )
     assert listener.__name__ == kind
     recorded: list[bool] = []
 

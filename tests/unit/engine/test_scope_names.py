@@ -71,7 +71,10 @@ class DualEncoder(nn.Module):
         self.vision_model = TinyModel(config)
 
     def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> dict[str, Any]:
-        return {"text_model_output": self.text_model(input_ids, **kwargs), "vision_model_output": self.vision_model(input_ids, **kwargs)}
+        return {
+            "text_model_output": self.text_model(input_ids, **kwargs),
+            "vision_model_output": self.vision_model(input_ids, **kwargs),
+        }
 
 
 def traced(model: nn.Module, input_ids: torch.Tensor) -> tuple[Any, Any]:
@@ -101,7 +104,9 @@ def test_a_language_model_keeps_the_plain_keys_when_the_root_has_no_map(input_id
 
 def test_a_dual_encoder_is_prefixed_in_both_towers(input_ids) -> None:
     own, captures = traced(build(DualEncoder), input_ids)
-    assert set(captures) == {f"{part}_{key}" for part in ("text_model", "vision_model") for key in ("hidden_states", "attentions")}
+    assert set(captures) == {
+        f"{part}_{key}" for part in ("text_model", "vision_model") for key in ("hidden_states", "attentions")
+    }
     for part in ("text_model", "vision_model"):
         for key in ("hidden_states", "attentions"):
             assert_same(captures[f"{part}_{key}"], own[f"{part}_output"][key], f"{part}_{key}")

@@ -16,8 +16,7 @@ from helpers_scopes import EncoderDecoder, Head, Outer, build
 from yamltrace.capture import capture_outputs
 from yamltrace.engine import OutputRecorder
 from yamltrace.errors import SpecError
-from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyModel
-from yamltrace.modeling import BaseModelOutputWithPast
+from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyModel
 from yamltrace.patch import patch_model
 from yamltrace.spec import PatchEntry, Spec, load_spec
 from yamltrace.tracing import trace
@@ -58,7 +57,11 @@ def test_encoder_decoder_keys_are_named_as_transformers_names_them(input_ids) ->
         with trace(model) as captures:
             model(input_ids)
     assert set(captures) == {
-        "encoder_hidden_states", "encoder_attentions", "decoder_hidden_states", "decoder_attentions", "cross_attentions",
+        "encoder_hidden_states",
+        "encoder_attentions",
+        "decoder_hidden_states",
+        "decoder_attentions",
+        "cross_attentions",
     }
     for part in ("encoder", "decoder"):
         for key in ("hidden_states", "attentions"):
@@ -114,7 +117,9 @@ def test_strict_false_warns_and_captures_the_rest(tmp_path: Path, input_ids) -> 
 
 def test_a_plain_string_in_a_dict_spec_is_a_path_suffix_checked_like_any_recorder() -> None:
     tiny = build(TinyModel)
-    with pytest.raises(SpecError, match=r"path suffix 'TinyAttention' matches no module.*TinyAttention is the class of .layers.0.self_attn"):
+    with pytest.raises(
+        SpecError, match=r"path suffix 'TinyAttention' matches no module.*TinyAttention is the class of .layers.0.self_attn"
+    ):
         with trace(tiny, {"attentions": "TinyAttention"}):
             pass
     with trace(tiny, {"attentions": OutputRecorder(class_name="self_attn", index=1)}):
@@ -200,7 +205,11 @@ def test_a_decorated_forward_with_an_empty_map_yields_its_nested_models_captures
         with trace(model) as captures:
             model(input_ids)
     assert set(captures) == {
-        "encoder_hidden_states", "encoder_attentions", "decoder_hidden_states", "decoder_attentions", "cross_attentions",
+        "encoder_hidden_states",
+        "encoder_attentions",
+        "decoder_hidden_states",
+        "decoder_attentions",
+        "cross_attentions",
     }
     for part in ("encoder", "decoder"):
         for key in ("hidden_states", "attentions"):

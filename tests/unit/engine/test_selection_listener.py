@@ -15,8 +15,10 @@ from yamltrace.tracing import trace
 
 
 def state(collector: Collector) -> tuple:
-    lists = {k: [None if v is None else v.tolist() if isinstance(v, torch.Tensor) else v for v in vs]
-             for k, vs in collector.lists.items()}
+    lists = {
+        k: [None if v is None else v.tolist() if isinstance(v, torch.Tensor) else v for v in vs]
+        for k, vs in collector.lists.items()
+    }
     return lists, collector.paths, collector.silent, collector.last_transform
 
 

@@ -38,7 +38,6 @@ TRACE_KEYS = [["hidden_states"], ["attentions"], None, ["attentions", "hidden_st
 Result = dict[str, tuple]
 
 
-
 def no_sync() -> None:
     pass
 

@@ -19,7 +19,6 @@ from yamltrace.engine._session import active_sessions
 from yamltrace.tracing import trace
 
 
-
 class Flaky(nn.Module):
     """Identity that raises while `fail` is set."""
 
@@ -225,7 +224,10 @@ class Pair(nn.Module):
 @pytest.mark.parametrize("detach", [False, True])  # the common listener, and the general one
 def test_an_index_past_a_tuple_output_names_the_module_and_the_fix(key: str, detach: bool, x) -> None:
     model = nn.Sequential(nn.Linear(4, 4), Pair())
-    with pytest.raises(IndexError, match=r"output '.*' records element 2 of the output of module \.1, which returned a tuple of 2\. Fix the recorder's index"):
+    with pytest.raises(
+        IndexError,
+        match=r"output '.*' records element 2 of the output of module \.1, which returned a tuple of 2\. Fix the recorder's index",
+    ):
         with trace(model, {key: OutputRecorder(Pair, index=2, detach=detach)}):
             model(x)
     assert hook_count(model) == 0

@@ -11,7 +11,7 @@ from helpers import hook_count
 from helpers_scopes import EncoderDecoder, Head, Outer, build
 from yamltrace.engine import OutputRecorder
 from yamltrace.errors import SpecError
-from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyModel
+from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyModel
 from yamltrace.spec import Spec
 from yamltrace.tracing import plan, trace
 
@@ -30,8 +30,14 @@ def test_a_plan_runs_no_forward_and_installs_nothing() -> None:
     assert [o.name for o in planned.outputs] == ["hidden_states", "attentions"]
     (root,) = planned.scopes
     assert root.exposed and root.path == "" and root.module is model
-    assert [row.path for row in root.hooks] == [".layers.0.self_attn", ".layers.0", ".layers.1.self_attn", ".layers.1",
-                                                 ".layers.2.self_attn", ".layers.2"]
+    assert [row.path for row in root.hooks] == [
+        ".layers.0.self_attn",
+        ".layers.0",
+        ".layers.1.self_attn",
+        ".layers.1",
+        ".layers.2.self_attn",
+        ".layers.2",
+    ]
     assert all(row.module is model.get_submodule(row.path[1:]) for row in root.hooks)
     assert {entry.key for row in root.hooks for entry in row.entries} == {"hidden_states", "attentions"}
     assert [(tie.module, tie.enabled) for tie in root.ties] == [(model, True)]

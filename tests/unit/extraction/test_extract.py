@@ -83,7 +83,11 @@ def test_shards_are_plain_safetensors_files(model, batches, tmp_path: Path) -> N
 def test_the_index_records_the_run(model, batches, tmp_path: Path) -> None:
     extract(model, TINY, batches, tmp_path, progress=False)
     index = json.loads((tmp_path / "index.json").read_text())
-    assert index["rows"] == 20 and index["keys"]["hidden_states"] == {"layers": [0, 1, 2, 3, 4], "row_shape": [6, 32], "dtype": "F32"}
+    assert index["rows"] == 20 and index["keys"]["hidden_states"] == {
+        "layers": [0, 1, 2, 3, 4],
+        "row_shape": [6, 32],
+        "dtype": "F32",
+    }
     assert index["shards"] == [{"file": "shard-r000-00000.safetensors", "rows": 20}]
     assert index["batches"] == [[0, 3 * i, 3] for i in range(6)] + [[0, 18, 2]]
     run = index["run"]
@@ -120,7 +124,9 @@ def test_no_batches_is_an_error(model, tmp_path: Path) -> None:
 
 def test_rows_of_another_shape_are_an_error_naming_the_batch(model, batches, tmp_path: Path) -> None:
     longer = {"input_ids": torch.zeros(3, 9, dtype=torch.long), "attention_mask": torch.ones(3, 9, dtype=torch.long)}
-    with pytest.raises(ExtractError, match=r"batch 2: hidden_states/0 has rows \[9, 32\] \(F32\), but earlier batches had \[6, 32\].*pad"):
+    with pytest.raises(
+        ExtractError, match=r"batch 2: hidden_states/0 has rows \[9, 32\] \(F32\), but earlier batches had \[6, 32\].*pad"
+    ):
         extract(model, TINY, [*batches[:2], longer], tmp_path, progress=False)
     assert not (tmp_path / "index.json").exists()
 

@@ -76,7 +76,9 @@ def test_a_checkpoint_and_its_spec(inputs, tmp_path: Path, capsys) -> None:
 def test_a_missing_text_field_fails_before_any_shard(inputs, capsys) -> None:
     assert main(command(inputs, "--text-field", "body")) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"yamltrace extract: error: {inputs['data']}: 14 bad row(s):\n  line 1: no field 'body' (fields: n, text)")
+    assert err.startswith(
+        f"yamltrace extract: error: {inputs['data']}: 14 bad row(s):\n  line 1: no field 'body' (fields: n, text)"
+    )
     assert not inputs["out"].exists()
 
 
@@ -180,7 +182,10 @@ def test_resume_is_refused_after_a_seed_a_data_or_a_tokenizer_change(inputs, tmp
 def test_an_output_path_that_is_a_file_is_one_line(inputs, capsys) -> None:
     inputs["out"].write_text("not a folder")
     assert main(command(inputs, "--quiet")) == 1
-    assert capsys.readouterr().err == f"yamltrace extract: error: {inputs['out']}: cannot use it as the output folder (a file); choose another --out / out_dir.\n"
+    assert (
+        capsys.readouterr().err
+        == f"yamltrace extract: error: {inputs['out']}: cannot use it as the output folder (a file); choose another --out / out_dir.\n"
+    )
 
 
 def test_a_full_disk_is_one_line(inputs, capsys, monkeypatch) -> None:
@@ -192,7 +197,9 @@ def test_a_full_disk_is_one_line(inputs, capsys, monkeypatch) -> None:
     monkeypatch.setattr(writer_module, "write_safetensors", disk_full)
     assert main(command(inputs, "--quiet")) == 1
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"yamltrace extract: error: writing activation shards to {inputs['out']} failed: No space left on device.")
+    assert line.startswith(
+        f"yamltrace extract: error: writing activation shards to {inputs['out']} failed: No space left on device."
+    )
     assert "run the same command again to resume" in line
     assert not any(p.name.endswith(".tmp") for p in inputs["out"].iterdir())
 

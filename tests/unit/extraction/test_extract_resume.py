@@ -91,7 +91,9 @@ def test_a_failing_writer_stops_the_run_with_its_error(model, batches, tmp_path:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(writer_module, "write_safetensors", disk_full)
-    with pytest.raises(ExtractError, match="writing activation shards to .* failed: No space left on device. The finished shards are kept"):
+    with pytest.raises(
+        ExtractError, match="writing activation shards to .* failed: No space left on device. The finished shards are kept"
+    ):
         extract(model, TINY, batches, tmp_path, shard_bytes=SHARD, progress=False)
     assert not (tmp_path / "index.json").exists()
 
@@ -116,7 +118,9 @@ def test_memory_is_bounded_by_the_queue(model, tmp_path: Path) -> None:
 
     writer_module.write_safetensors = slow
     try:
-        runner = threading.Thread(target=extract, args=(model, TINY, batches(), tmp_path), kwargs=dict(shard_bytes=1, progress=False, max_pending=2))
+        runner = threading.Thread(
+            target=extract, args=(model, TINY, batches(), tmp_path), kwargs=dict(shard_bytes=1, progress=False, max_pending=2)
+        )
         runner.start()
         for _ in range(300):
             if len(built) >= 4:

@@ -104,7 +104,9 @@ def test_a_second_writer_fails_at_once_naming_the_first(model, batches, tmp_path
         with pytest.raises(ExtractError) as caught:
             extract(model, TINY, other, tmp_path, progress=False)
         message = str(caught.value)
-        assert f"{tmp_path} is being written by another extract (pid {os.getpid()} on {socket.gethostname()!r}, started '" in message
+        assert (
+            f"{tmp_path} is being written by another extract (pid {os.getpid()} on {socket.gethostname()!r}, started '" in message
+        )
         assert "wait for it to finish, or use another output folder" in message
     finally:
         release.set()

@@ -94,7 +94,9 @@ def test_a_fifo_shard_is_refused_without_blocking(acts_dir: Path) -> None:
     name = _index(acts_dir)["shards"][0]["file"]
     (acts_dir / name).unlink()
     os.mkfifo(acts_dir / name)
-    assert bounded(READ_ALL, str(acts_dir)).startswith(f"FolderError: {acts_dir / name}: the activation shard is not a regular file (a FIFO)")
+    assert bounded(READ_ALL, str(acts_dir)).startswith(
+        f"FolderError: {acts_dir / name}: the activation shard is not a regular file (a FIFO)"
+    )
 
 
 def test_an_index_entry_naming_a_fifo_and_a_fifo_index_are_refused_without_blocking(acts_dir: Path) -> None:
@@ -102,10 +104,14 @@ def test_an_index_entry_naming_a_fifo_and_a_fifo_index_are_refused_without_block
     index = _index(acts_dir)
     index["shards"][0]["file"] = "pipe.safetensors"
     _write_index(acts_dir, index)
-    assert bounded(READ_ALL, str(acts_dir)).startswith(f"FolderError: {acts_dir}/pipe.safetensors: the activation shard is not a regular")
+    assert bounded(READ_ALL, str(acts_dir)).startswith(
+        f"FolderError: {acts_dir}/pipe.safetensors: the activation shard is not a regular"
+    )
     (acts_dir / "index.json").unlink()
     os.mkfifo(acts_dir / "index.json")
-    assert bounded(READ_ALL, str(acts_dir)).startswith(f"FolderError: {acts_dir}/index.json: the activation index is not a regular")
+    assert bounded(READ_ALL, str(acts_dir)).startswith(
+        f"FolderError: {acts_dir}/index.json: the activation index is not a regular"
+    )
 
 
 def _drop_keys(index: dict) -> None:
@@ -232,7 +238,10 @@ def _rewrite_shard(shard: Path, change) -> None:
 def test_a_short_shard_is_refused_instead_of_returning_fewer_rows(acts_dir: Path) -> None:
     shard = _first_shard(acts_dir)
     _rewrite_shard(shard, lambda tensor: tensor[:-1].clone())
-    with pytest.raises(YamltraceError, match=rf"{shard.name}: tensor 'hidden_states/0' is 'F32' of shape \[\d+, 5, 32\], but .*index\.json says F32 of shape"):
+    with pytest.raises(
+        YamltraceError,
+        match=rf"{shard.name}: tensor 'hidden_states/0' is 'F32' of shape \[\d+, 5, 32\], but .*index\.json says F32 of shape",
+    ):
         open_activations(acts_dir).get("hidden_states", 0)
 
 

@@ -48,7 +48,10 @@ AdoptingHubNorm = forward_from(HubRMSNorm, name="AdoptingHubNorm", module=__name
 
 def test_with_a_base_the_class_subclasses_it_and_patch_model_swaps_the_class():
     assert issubclass(HubRMSNormForLlamaStyleNorm, LlamaStyleNorm)
-    assert HubRMSNormForLlamaStyleNorm.__name__ == "HubRMSNormForLlamaStyleNorm" and HubRMSNormForLlamaStyleNorm.__module__ == __name__
+    assert (
+        HubRMSNormForLlamaStyleNorm.__name__ == "HubRMSNormForLlamaStyleNorm"
+        and HubRMSNormForLlamaStyleNorm.__module__ == __name__
+    )
     torch.manual_seed(0)
     block, x = Block(), torch.randn(3, 8)
     expected = block(x)
@@ -75,7 +78,10 @@ def test_without_a_base_from_module_adopts_a_module_with_the_declared_attributes
 def test_without_a_base_a_module_missing_a_declared_attribute_is_refused_with_its_path():
     block = Block()
     block.norm = nn.LayerNorm(8)
-    with pytest.raises(PatchError, match=r"norm: AdoptingHubNorm\.from_module failed: AdoptingHubNorm cannot replace torch\.nn\.modules\.normalization\.LayerNorm: it is not shaped like what HubRMSNorm reads \(it has no variance_epsilon\)"):
+    with pytest.raises(
+        PatchError,
+        match=r"norm: AdoptingHubNorm\.from_module failed: AdoptingHubNorm cannot replace torch\.nn\.modules\.normalization\.LayerNorm: it is not shaped like what HubRMSNorm reads \(it has no variance_epsilon\)",
+    ):
         patch_model(block, {"LayerNorm": AdoptingHubNorm})
     assert type(block.norm) is nn.LayerNorm
 

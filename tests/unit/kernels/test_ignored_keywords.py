@@ -123,7 +123,9 @@ def cached_tiny(tiny, monkeypatch):
 
 def test_patch_model_refuses_it_with_each_module_path_and_changes_nothing(cached_tiny, input_ids):
     expected = cached_tiny(input_ids).last_hidden_state
-    with pytest.raises(PatchError, match=r"layers\.0\.self_attn: .*SdpaTinyAttention\.forward would silently ignore `cache`") as caught:
+    with pytest.raises(
+        PatchError, match=r"layers\.0\.self_attn: .*SdpaTinyAttention\.forward would silently ignore `cache`"
+    ) as caught:
         patch_model(cached_tiny, {"CachedTinyAttention": SdpaTinyAttention})
     assert [p.path for p in caught.value.problems] == [f"layers.{i}.self_attn" for i in range(len(cached_tiny.layers))]
     assert all(type(layer.self_attn) is CachedTinyAttention for layer in cached_tiny.layers)
@@ -153,8 +155,14 @@ def test_apply_patches_refuses_it_before_swapping_anything():
 
 def llama_like_config() -> SimpleNamespace:
     return SimpleNamespace(
-        model_type="llama", hidden_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-        attention_dropout=0.0, attention_bias=False, rms_norm_eps=1e-6,
+        model_type="llama",
+        hidden_size=16,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        attention_dropout=0.0,
+        attention_bias=False,
+        rms_norm_eps=1e-6,
     )
 
 

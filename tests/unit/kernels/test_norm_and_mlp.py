@@ -71,10 +71,18 @@ def test_rms_norm_keeps_the_originals_dtype_promotion():
 @pytest.mark.parametrize(
     "original, replacement, message",
     [
-        (GemmaStyleNorm(8), RMSNorm, r"its epsilon is in `eps`, as in the other RMSNorm family, .* use yamltrace\.kernels:GemmaRMSNorm"),
+        (
+            GemmaStyleNorm(8),
+            RMSNorm,
+            r"its epsilon is in `eps`, as in the other RMSNorm family, .* use yamltrace\.kernels:GemmaRMSNorm",
+        ),
         (LlamaStyleNorm(8), GemmaRMSNorm, r"its epsilon is in `variance_epsilon`, .* use yamltrace\.kernels:RMSNorm"),
         (nn.LayerNorm(8), RMSNorm, r"an RMSNorm has one 1-D `weight` parameter, this one has parameters \['bias', 'weight'\]"),
-        (nn.Linear(8, 8), GemmaRMSNorm, r"an RMSNorm has one 1-D `weight` parameter, this one has parameters \['bias', 'weight'\]"),
+        (
+            nn.Linear(8, 8),
+            GemmaRMSNorm,
+            r"an RMSNorm has one 1-D `weight` parameter, this one has parameters \['bias', 'weight'\]",
+        ),
         (nn.ReLU(), RMSNorm, r"it is not shaped like an RMSNorm \(it has no weight\)"),
     ],
     ids=["gemma-as-llama", "llama-as-gemma", "layernorm", "linear", "relu"],
@@ -113,7 +121,10 @@ def test_gated_mlp_calls_projections_that_have_hooks():
     "original, message",
     [
         (SwiGLU(nn.ReLU()), r"its act_fn \(ReLU\) computes none of SiLU, GELU, GELU \(tanh\)"),
-        (nn.Sequential(nn.Linear(4, 4)), r"not shaped like a gated MLP \(it has no act_fn, gate_proj, up_proj, down_proj; it has submodules the replacement would skip: 0\)"),
+        (
+            nn.Sequential(nn.Linear(4, 4)),
+            r"not shaped like a gated MLP \(it has no act_fn, gate_proj, up_proj, down_proj; it has submodules the replacement would skip: 0\)",
+        ),
     ],
     ids=["relu", "sequential"],
 )
@@ -124,7 +135,9 @@ def test_gated_mlp_refuses_what_it_does_not_compute(original, message):
 
 def test_gated_mlp_refuses_an_unknown_activation_in_a_config():
     config = type("Config", (), {"hidden_act": "relu", "model_type": "llama", "hidden_size": 8, "intermediate_size": 8})()
-    with pytest.raises(UnsupportedModuleError, match=r"GatedMLP cannot replace an MLP of model_type 'llama': its activation 'relu' is none of"):
+    with pytest.raises(
+        UnsupportedModuleError, match=r"GatedMLP cannot replace an MLP of model_type 'llama': its activation 'relu' is none of"
+    ):
         GatedMLP(config)
 
 

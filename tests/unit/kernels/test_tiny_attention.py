@@ -57,13 +57,18 @@ def test_sdpa_tiny_attention_builds_from_the_same_constructor():
 
 
 def test_sdpa_tiny_attention_refuses_a_module_that_is_not_tiny_attention():
-    with pytest.raises(UnsupportedModuleError, match=r"SdpaTinyAttention cannot replace yamltrace\.examples\.tiny\.TinyMLP: it replaces yamltrace\.examples\.tiny\.TinyAttention only"):
+    with pytest.raises(
+        UnsupportedModuleError,
+        match=r"SdpaTinyAttention cannot replace yamltrace\.examples\.tiny\.TinyMLP: it replaces yamltrace\.examples\.tiny\.TinyAttention only",
+    ):
         SdpaTinyAttention.from_module(TinyMLP(TinyConfig()))
 
 
 def test_patch_model_names_the_module_a_kernel_cannot_adopt_and_changes_nothing(tiny, input_ids):
     expected = tiny(input_ids).last_hidden_state
-    with pytest.raises(PatchError, match=r"layers\.0\.mlp: SdpaTinyAttention\.from_module failed: SdpaTinyAttention cannot replace .*TinyMLP"):
+    with pytest.raises(
+        PatchError, match=r"layers\.0\.mlp: SdpaTinyAttention\.from_module failed: SdpaTinyAttention cannot replace .*TinyMLP"
+    ):
         patch_model(tiny, {"TinyMLP": SdpaTinyAttention})
     assert type(tiny.layers[0].mlp) is TinyMLP
     torch.testing.assert_close(tiny(input_ids).last_hidden_state, expected, atol=0, rtol=0)
@@ -81,7 +86,10 @@ def test_sdpa_attention_refuses_tiny_attention_naming_what_it_lacks(kernel):
 
 def test_sdpa_attention_refuses_an_unknown_config_naming_the_supported_ones():
     config = TinyConfig()
-    with pytest.raises(UnsupportedModuleError, match=r"SdpaAttention cannot replace the attention of model_type 'yamltrace-tiny': supported model types are gemma, gemma2, gemma3_text, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3\."):
+    with pytest.raises(
+        UnsupportedModuleError,
+        match=r"SdpaAttention cannot replace the attention of model_type 'yamltrace-tiny': supported model types are gemma, gemma2, gemma3_text, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3\.",
+    ):
         SdpaAttention(config, 0)
 
 

@@ -60,7 +60,12 @@ def no_warning() -> Iterator[None]:
 
 def test_the_shipped_output_names_the_field_as_the_installed_release() -> None:
     names = [f.name for f in fields(BaseModelOutputWithPast)]
-    assert names == ["last_hidden_state", "cache" if _versions.cache_named_cache() else "past_key_values", "hidden_states", "attentions"]
+    assert names == [
+        "last_hidden_state",
+        "cache" if _versions.cache_named_cache() else "past_key_values",
+        "hidden_states",
+        "attentions",
+    ]
 
 
 # from 5.24.0: `cache`, with `past_key_values` / `cache_params` as deprecated aliases
@@ -118,7 +123,7 @@ def test_from_5_24_an_output_without_a_cache_has_no_alias_either(monkeypatch) ->
     follow(monkeypatch, AFTER)
     out = WithoutCache(last_hidden_state=1)
     with pytest.warns(FutureWarning), pytest.raises(AttributeError, match="cache"):
-        out.past_key_values
+        _ = out.past_key_values
     with pytest.warns(FutureWarning):
         assert "past_key_values" not in out
     with pytest.warns(FutureWarning), pytest.raises(KeyError, match="cache"):
@@ -156,7 +161,7 @@ def test_before_5_24_an_output_without_the_field_takes_past_key_values_as_a_plai
     follow(monkeypatch, BEFORE)
     out = WithoutCache(last_hidden_state=1)
     with pytest.raises(AttributeError, match="'WithoutCache' object has no attribute 'past_key_values'"):
-        out.past_key_values
+        _ = out.past_key_values
     cache = Cache()
     out.past_key_values = cache
     assert out.past_key_values is cache and out.keys() == ["last_hidden_state"]

@@ -22,7 +22,7 @@ from yamltrace.spec._patch_rule import PatchRule
 
 HOSTILE = r"^(\w+\w?)+!$"  # Python's re backtracks for minutes on a 26-character word; RE2 answers at once
 
-LONG_NAMES = '''
+LONG_NAMES = """
 from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 
 
@@ -35,7 +35,7 @@ class LongTinyModel(TinyModel):
         super().__init__(config)
         for layer in self.layers:
             layer.__class__ = TinyDecoderLayerLongNameXX
-'''
+"""
 
 SPEC = f"""\
 yamltrace: 1
@@ -99,9 +99,14 @@ patches:
   TinyAttention: {replace_with: yamltrace.kernels:SdpaTinyAttention, device: cuda}
 """
 ROOT_SPEC = "yamltrace: 1\noutputs:\n  attentions: {target: yamltrace.examples.tiny:TinyAttention, index: 1}\n" + PATCH
-SCOPE_SPEC = "yamltrace: 1\nscopes:\n" + "".join(
-    f"  layers.{i}:\n    outputs:\n      attn{i}: {{target: yamltrace.examples.tiny:TinyAttention, index: 1}}\n" for i in range(4)
-) + PATCH
+SCOPE_SPEC = (
+    "yamltrace: 1\nscopes:\n"
+    + "".join(
+        f"  layers.{i}:\n    outputs:\n      attn{i}: {{target: yamltrace.examples.tiny:TinyAttention, index: 1}}\n"
+        for i in range(4)
+    )
+    + PATCH
+)
 # Where each spec puts the four layers' attention weights.
 KEYS = {ROOT_SPEC: [("attentions", i) for i in range(4)], SCOPE_SPEC: [(f"attn{i}", 0) for i in range(4)]}
 both = pytest.mark.parametrize("text", [ROOT_SPEC, SCOPE_SPEC], ids=["root", "scopes"])

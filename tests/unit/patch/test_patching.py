@@ -159,7 +159,10 @@ def test_constructor_signatures_are_checked_before_anything_is_patched():
             pytest.fail("the block must not run")
     problems = info.value.problems
     assert len(problems) == 2
-    assert "NeedsMore(config, extra) cannot replace yamltrace.examples.tiny.TinyAttention(config: 'TinyConfig')" in problems[0].message
+    assert (
+        "NeedsMore(config, extra) cannot replace yamltrace.examples.tiny.TinyAttention(config: 'TinyConfig')"
+        in problems[0].message
+    )
     assert "missing a required argument: 'extra'" in problems[0].message
     assert "RenamedArgument(cfg) cannot replace yamltrace.examples.tiny.TinyDecoderLayer" in problems[1].message
     assert "called as (config=...)" in problems[1].message
@@ -460,7 +463,9 @@ def test_a_loaded_spec_drives_patch_model_and_apply_patches(tiny, input_ids):
 def test_a_spec_entry_for_another_device_is_not_applied(tiny):
     from yamltrace.spec import load_spec
 
-    on_cuda = SPEC.replace("yamltrace.kernels.SdpaTinyAttention", "{replace_with: yamltrace.kernels.SdpaTinyAttention, device: cuda}")
+    on_cuda = SPEC.replace(
+        "yamltrace.kernels.SdpaTinyAttention", "{replace_with: yamltrace.kernels.SdpaTinyAttention, device: cuda}"
+    )
     spec = load_spec(on_cuda, for_model=TinyModel)
     assert patch_model(tiny, spec).replaced == ()
     assert [r.path for r in patch_model(tiny, spec, device="cuda").replaced][:1] == ["layers.0.self_attn"]

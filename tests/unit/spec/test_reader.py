@@ -107,14 +107,49 @@ def test_nesting_up_to_the_limit_is_read() -> None:
 # YAML 1.1 surprises: plain scalars stay text unless they are YAML 1.2 core booleans, nulls or decimals.
 
 
-@pytest.mark.parametrize("word", ["on", "off", "yes", "no", "On", "NO", "y", "n", "0o17", "0x1F", "1_000", "012", "+1", "1:30", "2001-12-14", ".inf", ".nan", "1."])
+@pytest.mark.parametrize(
+    "word",
+    [
+        "on",
+        "off",
+        "yes",
+        "no",
+        "On",
+        "NO",
+        "y",
+        "n",
+        "0o17",
+        "0x1F",
+        "1_000",
+        "012",
+        "+1",
+        "1:30",
+        "2001-12-14",
+        ".inf",
+        ".nan",
+        "1.",
+    ],
+)
 def test_yaml_1_1_scalars_keep_their_text(word: str) -> None:
     assert read_spec_document(f"{word}: {word}\n").data == {word: word}
 
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("true", True), ("False", False), ("TRUE", True), ("null", None), ("~", None), ("", None), ("0", 0), ("-12", -12), ("1.5", 1.5), ("-2e3", -2000.0), ("'on'", "on"), ('"12"', "12")],
+    [
+        ("true", True),
+        ("False", False),
+        ("TRUE", True),
+        ("null", None),
+        ("~", None),
+        ("", None),
+        ("0", 0),
+        ("-12", -12),
+        ("1.5", 1.5),
+        ("-2e3", -2000.0),
+        ("'on'", "on"),
+        ('"12"', "12"),
+    ],
 )
 def test_core_scalars_resolve(text: str, value: object) -> None:
     assert read_spec_document(f"a: {text}\n").data == {"a": value}
@@ -153,7 +188,9 @@ def test_empty_spec(text: str) -> None:
 
 @pytest.mark.parametrize(("text", "kind"), [("- a\n", "a list"), ("just text\n", "a scalar"), ("12\n", "a scalar")])
 def test_top_level_must_be_a_mapping(text: str, kind: str) -> None:
-    assert messages(text) == [f"<string>:1:1: $: the top level of a spec must be a mapping (yamltrace: 1, outputs: ...), not {kind}"]
+    assert messages(text) == [
+        f"<string>:1:1: $: the top level of a spec must be a mapping (yamltrace: 1, outputs: ...), not {kind}"
+    ]
 
 
 def test_syntax_errors_are_located() -> None:
@@ -180,7 +217,9 @@ def test_size_is_capped_for_text_bytes_and_files(tmp_path: Path) -> None:
 
 def test_default_cap_is_256_kibibytes() -> None:
     comment = "#" + "x" * (256 << 10) + "\n"
-    assert messages("a: 1\n" + comment) == ["<string>: $: the spec is larger than 262144 bytes; pass a larger max_bytes= to read it"]
+    assert messages("a: 1\n" + comment) == [
+        "<string>: $: the spec is larger than 262144 bytes; pass a larger max_bytes= to read it"
+    ]
 
 
 def test_multibyte_text_is_measured_in_bytes() -> None:
@@ -251,7 +290,9 @@ def test_issue_locates_values_keys_and_falls_back_to_ancestors() -> None:
     document = read_spec_document("yamltrace: 1\noutputs:\n  attentions: {target: A, index: one}\n")
     assert document.issue(("outputs", "attentions", "index"), "m").render() == "<string>:3:34: $.outputs.attentions.index: m"
     assert document.issue(("outputs", "attentions"), "m", at_key=True).render() == "<string>:3:3: $.outputs.attentions: m"
-    assert document.issue(("outputs", "attentions", "layers", 0), "m").render() == "<string>:3:15: $.outputs.attentions.layers[0]: m"
+    assert (
+        document.issue(("outputs", "attentions", "layers", 0), "m").render() == "<string>:3:15: $.outputs.attentions.layers[0]: m"
+    )
 
 
 # extends.
@@ -265,7 +306,11 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_extends_merges_sections_and_replaces_other_keys(tmp_path: Path) -> None:
-    write(tmp_path, "base/base.yaml", "yamltrace: 1\nmodel: A\nimports: [x]\noutputs: {h: H, a: A}\noptions: {tie_last_hidden_states: false}\n")
+    write(
+        tmp_path,
+        "base/base.yaml",
+        "yamltrace: 1\nmodel: A\nimports: [x]\noutputs: {h: H, a: A}\noptions: {tie_last_hidden_states: false}\n",
+    )
     child = write(tmp_path, "child.yaml", "yamltrace: 1\nextends: base/base.yaml\nimports: [y]\noutputs: {a: B, r: R}\n")
     document = read_spec_document(child)
     assert document.data == {

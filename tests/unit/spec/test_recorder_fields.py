@@ -47,6 +47,8 @@ def test_every_field_set_in_a_spec_is_written_back_and_reads_back_equal() -> Non
 
 
 def test_a_field_at_its_default_is_not_written() -> None:
-    spec = load_spec({"yamltrace": 1, "outputs": {"hidden_states": {"target": "yamltrace.examples.tiny:TinyDecoderLayer", "seq_dim": 1}}})
+    spec = load_spec(
+        {"yamltrace": 1, "outputs": {"hidden_states": {"target": "yamltrace.examples.tiny:TinyDecoderLayer", "seq_dim": 1}}}
+    )
     assert spec.to_yaml().rstrip().endswith("hidden_states: yamltrace.examples.tiny:TinyDecoderLayer")
     assert OutputRecorder(TinyDecoderLayer).seq_dim == 1

@@ -135,9 +135,10 @@ patches:
     assert [(issue.line, issue.column) for issue in issues.values()] == [(2, 36), (4, 18), (5, 24), (6, 8), (8, 3)]
     assert "module 'untrusted_kernels.attn' is not imported yet" in issues["$.imports[1]"].message
     assert "trust_imports=True" in issues["$.imports[1]"].message
-    assert "class 'TinyDecoderLayr' not found; searched the registered names and modules 'yamltrace.examples.tiny'" in issues[
-        "$.outputs.hidden_states"
-    ].message
+    assert (
+        "class 'TinyDecoderLayr' not found; searched the registered names and modules 'yamltrace.examples.tiny'"
+        in issues["$.outputs.hidden_states"].message
+    )
     assert "'TinyDecoderLayer'" in issues["$.outputs.hidden_states"].message
     assert "'os:system' is the function" in issues["$.outputs.attentions.target"].message
     assert "is not a subclass of torch.nn.modules.module.Module" in issues["$.outputs.mlp"].message

@@ -99,9 +99,7 @@ def test_schema_is_valid_draft_2020_12_with_id() -> None:
 
 def test_every_property_has_title_description_and_examples() -> None:
     schema = load_schema()
-    properties = [
-        (name, prop) for node in _subschemas(schema) for name, prop in node.get("properties", {}).items()
-    ]
+    properties = [(name, prop) for node in _subschemas(schema) for name, prop in node.get("properties", {}).items()]
     assert len(properties) > 15
     for name, prop in properties:
         assert prop.get("title") and prop.get("description"), name
@@ -146,7 +144,18 @@ def test_built_wheel_contains_the_schema(tmp_path: Path) -> None:
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / "yamltrace", source / "yamltrace", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(source)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
         check=True,
         capture_output=True,
     )

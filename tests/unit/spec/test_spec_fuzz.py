@@ -18,7 +18,9 @@ from yamltrace.errors import SpecError
 from yamltrace.spec import Spec, load_spec, validate_spec
 
 FUZZ = settings(
-    max_examples=60, deadline=timedelta(seconds=2), suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=60,
+    deadline=timedelta(seconds=2),
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 
@@ -43,7 +45,9 @@ hostile_text = st.sampled_from(
      "/etc/passwd", "yamltrace.__main__", "torch.utils.model_dump.__main__:X", "torch.nn:Linear", "torch.nn.Linear"]
 )  # fmt: skip
 texts = st.text(max_size=30) | hostile_text
-class_refs = st.sampled_from(["torch.nn:Linear", "torch.nn:Identity", "torch.nn.ReLU", "torch.nn:Module", "Linear"]) | hostile_text
+class_refs = (
+    st.sampled_from(["torch.nn:Linear", "torch.nn:Identity", "torch.nn.ReLU", "torch.nn:Module", "Linear"]) | hostile_text
+)
 patterns = st.sampled_from(
     [r"^(\w+\w?)+!$", r"^((((\w+)+)+)+)+!$", "a{4294967296}", "a{2147483648}", "(" * 300 + ")" * 300, r"(a)\1", r"x(?=y)",
      ".*", "^Linear$", "Lin", r"\Z", "(unclosed"]

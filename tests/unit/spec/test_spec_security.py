@@ -104,7 +104,10 @@ def test_validation_alone_imports_nothing(flags) -> None:
         ("os:system", "'os:system' is the function"),
         ("os.system", "'os.system' is the function"),
         ("builtins:eval", "'builtins:eval' is the function"),
-        ("ytplugins.objects:make_layer", "'ytplugins.objects:make_layer' is the function ytplugins.objects.make_layer, not a class"),
+        (
+            "ytplugins.objects:make_layer",
+            "'ytplugins.objects:make_layer' is the function ytplugins.objects.make_layer, not a class",
+        ),
         ("ytplugins.objects:layer", "'ytplugins.objects:layer' is an instance of Identity, not a class"),
         ("ytplugins.objects:NotAModule", "resolves to class ytplugins.objects.NotAModule, which is not a subclass of torch.nn"),
         ("subprocess:Popen", "resolves to class subprocess.Popen, which is not a subclass of torch.nn"),
