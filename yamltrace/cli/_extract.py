@@ -224,6 +224,13 @@ def add_extract(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "yamltrace.open_activations). Under torchrun, each process runs a share of the batches. "
         "Exit status: 0 done, 1 bad input, 2 a usage error, 130 / 143 interrupted (Ctrl-C / SIGTERM; rerun to resume).",
     )
+    _model_arguments(parser)
+    _data_arguments(parser)
+    _output_arguments(parser)
+    parser.set_defaults(run=_run_extract)
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model (--checkpoint DIR, or --model with --config)")
     model.add_argument("--checkpoint", metavar="DIR", help="a checkpoint folder (yamltrace.yaml in it is the spec)")
     model.add_argument(
@@ -237,6 +244,9 @@ def add_extract(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     parser.add_argument("--outputs", nargs="+", metavar="KEY", help="capture only these keys of the spec")
     parser.add_argument("--trust-imports", action="store_true", help="allow the spec (and checkpoint spec) to import modules")
+
+
+def _data_arguments(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data (--data FILE, or --dataset NAME --split S)").add_mutually_exclusive_group(
         required=True
     )
@@ -253,6 +263,9 @@ def add_extract(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--max-length", type=positive_int, required=True, metavar="N", help="pad or truncate every text to N tokens"
     )
     parser.add_argument("--batch-size", type=positive_int, default=8, metavar="B", help="texts per forward (default: 8)")
+
+
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="the output folder")
     parser.add_argument(
         "--shard-mb",
@@ -275,4 +288,3 @@ def add_extract(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="longest line of --data in MiB; a longer one is a bad row (default: 64)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
-    parser.set_defaults(run=_run_extract)
