@@ -27,23 +27,18 @@ LAYERS = 2
 HIDDEN = 32
 HEADS = 4
 
+# The layer counts: what the "layers" level lowers (the fallback when shrinking every size fails) and what
+# per-layer lists follow. Named apart from SIZES' other fields: key/value heads and expert groups also
+# shrink to 2, but are not layer counts.
+_LAYER_COUNTS = (
+    "num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+    "num_encoder_layers", "num_decoder_layers", "depth", "num_decoder_hidden_layers",
+)  # fmt: skip
+LAYER_FIELDS = frozenset(_LAYER_COUNTS)
+
 # Field name -> the value it is lowered to (when the default is an int larger than it).
 SIZES: dict[str, int] = {
-    **dict.fromkeys(
-        (
-            "num_hidden_layers",
-            "num_layers",
-            "n_layer",
-            "n_layers",
-            "encoder_layers",
-            "decoder_layers",
-            "num_encoder_layers",
-            "num_decoder_layers",
-            "depth",
-            "num_decoder_hidden_layers",
-        ),
-        LAYERS,
-    ),
+    **dict.fromkeys(_LAYER_COUNTS, LAYERS),
     **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "embedding_size", "hidden_dim"), HIDDEN),
     **dict.fromkeys(("intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim", "ffn_dim", "d_ff", "mlp_dim"), 48),
     **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size"), 16),
@@ -116,22 +111,6 @@ DERIVED = (
 )
 # Single layer indices besides feature layers (MiniCPM-V's vision merger runs after layer `insert_layer_id`).
 LAYER_INDEX_FIELDS = ("insert_layer_id",)
-# The layer counts: what the "layers" level lowers (the fallback when shrinking every size fails) and what
-# per-layer lists follow. Named, not read off SIZES: key/value heads and expert groups also shrink to 2.
-LAYER_FIELDS = frozenset(
-    (
-        "num_hidden_layers",
-        "num_layers",
-        "n_layer",
-        "n_layers",
-        "encoder_layers",
-        "decoder_layers",
-        "num_encoder_layers",
-        "num_decoder_layers",
-        "depth",
-        "num_decoder_hidden_layers",
-    )
-)
 LEVELS = ("small", "layers")
 
 # model_type -> fields set on every config (or sub-config) of that type, after shrinking.
