@@ -10,6 +10,7 @@ through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest 
 
 from ._attached import attach_spec, attached_spec
 from ._collector import Collector
+from ._edit import OPERATIONS, Intervention, RuntimeValue
 from ._held import hold_hooks, release_hooks
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
@@ -35,6 +36,9 @@ __all__ = [
     "CAPTURE_MAP_ATTRIBUTE",
     "CaptureMap",
     "Collector",
+    "Intervention",
+    "OPERATIONS",
+    "RuntimeValue",
     "NO_CAPTURE",
     "OutputRecorder",
     "Session",

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from .._recorder_fields import RECORDER_FIELDS, default_index
-from ..engine import CaptureMap, OutputRecorder, normalize_output_map
+from ..engine import CaptureMap, Intervention, OutputRecorder, normalize_output_map
 from ..errors import SpecIssue, format_json_path
 from ._registry import ClassRegistry, default_registry
 from ._schema import SCHEMA_ID
@@ -65,7 +65,8 @@ class Spec:
 
     `outputs` accepts anything a `_can_record_outputs` map accepts and stores read-only tuples of
     `OutputRecorder`; they apply to the whole model (the root scope). `scopes` maps a submodule path
-    (`model`, `model.encoder`) to the `SpecScope` of its subtree. `source` (the file it came from) and
+    (`model`, `model.encoder`) to the `SpecScope` of its subtree. `interventions` are the edits to
+    apply, in declaration order (`engine.Intervention`). `source` (the file it came from) and
     `locations` (where each recorder is written: `(scope path, key, position)` -> a `SpecIssue`
     without message) do not take part in equality.
     """
@@ -77,6 +78,7 @@ class Spec:
     model: str | None = None
     imports: tuple[str, ...] = ()
     scopes: Mapping[str, SpecScope] = field(default_factory=dict)
+    interventions: tuple[Intervention, ...] = ()
     locations: Mapping[tuple[str, str, int], SpecIssue] = field(default_factory=dict, compare=False, repr=False)
 
     def __init__(  # written out so that each argument accepts what is converted (any capture map, iterables)
@@ -88,6 +90,7 @@ class Spec:
         model: str | None = None,
         imports: Iterable[str] = (),
         scopes: Mapping[str, SpecScope | Mapping[str, Any]] = MappingProxyType({}),
+        interventions: Iterable[Intervention] = (),
         locations: Mapping[tuple[str, str, int], SpecIssue] = MappingProxyType({}),
     ) -> None:
         converted = {path: s if isinstance(s, SpecScope) else SpecScope(**s) for path, s in scopes.items()}
@@ -99,6 +102,7 @@ class Spec:
             ("model", model),
             ("imports", tuple(imports)),
             ("scopes", MappingProxyType(converted)),
+            ("interventions", tuple(interventions)),
             ("locations", MappingProxyType(dict(locations))),
         ):
             object.__setattr__(self, name, value)

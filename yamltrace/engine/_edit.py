@@ -1,0 +1,54 @@
+"""`Intervention`: one declared edit to module values, the data the spec layer resolves and the engine applies.
+
+An intervention selects what it edits with a recorder's own fields (`select`: target class or class
+name, `layer_name`, `index`, `input`, `layers`, `positions`, `seq_dim`), optionally split into heads,
+and holds exactly one operation. Plain data: applying it lives with the listeners that apply captures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import SpecIssue
+from ._recorder import OutputRecorder
+
+__all__ = ["OPERATIONS", "Intervention", "Operation", "RuntimeValue"]
+
+Operation = Literal["zero", "add", "set", "scale", "clamp"]
+OPERATIONS: tuple[Operation, ...] = ("zero", "add", "set", "scale", "clamp")
+
+
+@dataclass(frozen=True)
+class RuntimeValue:
+    """`{value: NAME}`: a tensor (or one tensor per selected module) supplied when the edit runs."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """One edit: `operation` on the values `select` picks, in declaration order among a spec's edits.
+
+    `value` depends on the operation: `None` for `zero`; for `add` / `set` a float, a tuple of floats
+    (a vector along the last dimension), a `torch.Tensor` (read from the spec's folder) or a
+    `RuntimeValue`; a float for `scale`; `(low, high)` for `clamp`, either `None`. `heads` keeps the
+    edit to these heads of the last dimension, split in `head_dim`-sized heads (`None`: from the
+    model's `config.num_attention_heads`). `where` locates it in its spec for errors.
+    """
+
+    name: str
+    select: OutputRecorder
+    operation: Operation
+    value: Any = None
+    heads: tuple[int, ...] | None = None
+    head_dim: int | None = None
+    where: SpecIssue | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.operation not in OPERATIONS:
+            raise ValueError(
+                f"Intervention {self.name!r}: unknown operation {self.operation!r}; use one of {', '.join(OPERATIONS)}."
+            )
+        if self.heads is not None:
+            object.__setattr__(self, "heads", tuple(self.heads))
