@@ -258,7 +258,12 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--text-field", default="text", metavar="NAME", help="the field or column holding the text (default: text)"
     )
-    parser.add_argument("--tokenizer", required=True, metavar="DIR", help="a folder a transformers tokenizer was saved to")
+    parser.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="DIR",
+        help="a folder a transformers tokenizer was saved to (needs the hf extra: pip install 'yamltrace[hf]')",
+    )
     parser.add_argument(
         "--max-length", type=positive_int, required=True, metavar="N", help="pad or truncate every text to N tokens"
     )

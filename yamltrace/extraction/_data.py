@@ -204,7 +204,12 @@ def load_tokenizer(directory: str | os.PathLike[str]) -> Any:
     directory = Path(directory)
     if not directory.is_dir():
         raise ExtractError(f"--tokenizer {directory}: not a directory; pass a folder a tokenizer was saved to.")
-    from transformers import AutoTokenizer
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise ExtractError(
+            f"--tokenizer needs transformers and tokenizers ({e}); install them with: pip install 'yamltrace[hf]'."
+        ) from None
 
     tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     if tokenizer.pad_token is None:
