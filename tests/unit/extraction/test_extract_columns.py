@@ -5,6 +5,7 @@ resumed byte for byte, and checked when a folder from elsewhere is read."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,38 @@ def test_the_command_line_carries_the_columns_of_each_row(tmp_path: Path, capsys
     argv[argv.index(str(data))] = str(text)
     assert main(argv) == 1
     assert "a .txt file's rows have no fields for --columns; use .jsonl or .parquet" in capsys.readouterr().err
+
+
+class _Feature:
+    dtype = "string"
+
+
+class _Dataset:
+    """What `open_dataset` reads of a `datasets` dataset: column names, features, rows by index."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows, self.column_names = rows, list(rows[0])
+        self.features = {name: _Feature() for name in self.column_names}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.rows[i]
+
+
+def test_a_datasets_dataset_carries_its_columns(model, tmp_path: Path, monkeypatch) -> None:
+    import types
+
+    from yamltrace.extraction._data import TokenizedBatches, load_tokenizer, open_dataset
+
+    rows = [{"text": t, "label": i} for i, t in enumerate(TEXTS)]
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=lambda name, split: _Dataset(rows)))
+    with pytest.raises(ExtractError, match=r"no column 'labels', which --columns names \(columns: text, label\)"):
+        open_dataset("tiny", "train", columns=["labels"])
+    texts = open_dataset("tiny", "train", columns=["label"])
+    tokenizer = load_tokenizer(tiny_tokenizer(tmp_path / "tok"))
+    batches = TokenizedBatches(texts, tokenizer, batch_size=3, max_length=6)
+    assert batches[2]["label"] == [6]
+    acts = extract(model, TINY, batches, tmp_path / "out", columns=["label"], progress=False)
+    assert acts.column("label").tolist() == list(range(len(TEXTS)))
