@@ -166,6 +166,6 @@ def trace(
     run = TraceRun(plan(model, spec, outputs=outputs, strict=strict))
     with contextlib.ExitStack() as stack:
         run.start(stack, outer)
-        yield Captures(run.lists, run.ends, run.paths)
+        yield Captures(run.lists, run.ends, run.paths, model)
     if run.ends:
         warn_no_tensor(model, run.silent_outputs())
