@@ -18,7 +18,7 @@ from .. import specs
 from .._folder import folder_file, names_folder, safetensors_header
 from ..engine import OPERATIONS, Intervention, OutputRecorder, RuntimeValue
 from ..errors import FolderError, did_you_mean
-from ._limits import MAX_TENSOR_BYTES, MAX_TENSOR_FILE_BYTES, intervention_sites
+from ._limits import MAX_TENSOR_BYTES, MAX_TENSOR_FILE_BYTES, MAX_TENSOR_HEADER_BYTES, intervention_sites
 from ._reader import SpecDocument
 from ._walk import Site
 
@@ -41,6 +41,7 @@ class InterventionReader:
         self.select = select
         self.fail = fail
         self.tensor_bytes = 0  # read so far, all files together (MAX_TENSOR_BYTES)
+        self.files: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}  # (folder, file) -> checked path, header
 
     def interventions(self) -> tuple[Intervention, ...]:
         """Every intervention of the document that resolves, in declaration order."""
@@ -102,14 +103,7 @@ class InterventionReader:
             return None
         file, _, name = reference.partition(":")
         try:
-            checked = folder_file(folder, file, what="tensor file")
-            size = checked.stat().st_size
-            if size > MAX_TENSOR_FILE_BYTES:
-                raise FolderError(
-                    f"{checked}: the tensor file is {size:,} bytes, over the {MAX_TENSOR_FILE_BYTES:,}-byte limit "
-                    "(MAX_TENSOR_FILE_BYTES); keep only the tensors the spec uses in it"
-                )
-            header = safetensors_header(folder, file, what="tensor file")
+            checked, header = self.header(folder, file)
         except FolderError as e:
             self.fail(path, str(e))
             return None
@@ -127,6 +121,20 @@ class InterventionReader:
             self.fail(path, problem)
             return None
         return _read(checked, name, path, self.fail)
+
+    def header(self, folder: str, file: str) -> tuple[Any, dict[str, Any]]:
+        """The checked path and header of a tensor file (each file is checked and parsed once); FolderError if unsafe."""
+        if (folder, file) not in self.files:
+            checked = folder_file(folder, file, what="tensor file")
+            size = checked.stat().st_size
+            if size > MAX_TENSOR_FILE_BYTES:
+                raise FolderError(
+                    f"{checked}: the tensor file is {size:,} bytes, over the {MAX_TENSOR_FILE_BYTES:,}-byte limit "
+                    "(MAX_TENSOR_FILE_BYTES); keep only the tensors the spec uses in it"
+                )
+            header = safetensors_header(folder, file, what="tensor file", max_header_bytes=MAX_TENSOR_HEADER_BYTES)
+            self.files[(folder, file)] = (checked, header)
+        return self.files[(folder, file)]
 
 
 def _entry_problem(file: str, name: str, entry: Any, header: Mapping[str, Any]) -> str | None:

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_TENSOR_FILES",
     "MAX_TENSOR_FILE_BYTES",
     "MAX_TENSOR_BYTES",
+    "MAX_TENSOR_HEADER_BYTES",
     "HIDDEN_LINE_BREAKS",
     "RESERVED_OUTPUT_KEYS",
     "Budget",
@@ -67,6 +68,7 @@ MAX_INTERVENTIONS = 64  # interventions of a spec (each one is an edit per hooke
 MAX_TENSOR_FILES = 16
 MAX_TENSOR_FILE_BYTES = 1 << 30
 MAX_TENSOR_BYTES = 256 << 20
+MAX_TENSOR_HEADER_BYTES = 256 << 10  # the JSON header of one such file: about 3,000 tensors
 
 # Line breaks to YAML that most editors and diff viewers show inside one line: NEL, LS, PS.
 HIDDEN_LINE_BREAKS = {"\x85": "NEL (U+0085)", "\u2028": "LINE SEPARATOR (U+2028)", "\u2029": "PARAGRAPH SEPARATOR (U+2029)"}

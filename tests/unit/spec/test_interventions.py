@@ -399,3 +399,9 @@ def test_tensor_values_compare_by_value_and_hash() -> None:
 
     assert Spec({}, interventions=[one]) == Spec({}, interventions=[same])
     assert Spec({}, interventions=[one]) != Spec({}, interventions=[other])
+
+
+def test_a_tensor_file_header_is_capped_before_it_is_parsed(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_interventions, "MAX_TENSOR_HEADER_BYTES", 16)
+    (found,) = issues(tensor_spec(folder, "steer.safetensors:honesty"))
+    assert "tensor file's header is" in found and "over the 16-byte limit" in found
