@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..engine import attached_spec
+from ..engine import attached_spec, shared_warning
 from ..spec import Spec, load_spec, spec_from_model
 from ..tracing import trace
 from ..errors import ExtractInterrupted
@@ -304,7 +304,7 @@ def _run_batches(
     """The model loop: capture each of this rank's batches, check its layout, hand it to the writer.
     Returns the number of batches in the input."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    with torch.inference_mode():
+    with torch.inference_mode(), shared_warning():  # one padding warning per run, not per batch's trace
         for index, batch in schedule:
             tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index)
             layout = _layout(tensors)
