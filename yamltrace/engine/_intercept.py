@@ -9,8 +9,8 @@ calls the forward it shadows, then each listener.
 
 Listeners see what forward hooks would see: the arguments after forward pre-hooks ran, the output
 before forward hooks ran. A *frame* is a pair of callbacks around the forward and its listeners
-(`trace` delimits its steps and scopes with them): `enter()` before, `exit(token, output, finished)`
-after, with `enter`'s return value as the token, also when the forward or a listener raised
+(`trace` delimits its steps and scopes with them): `enter(args, kwargs)` before, `exit(token, output,
+finished)` after, with `enter`'s return value as the token, also when the forward or a listener raised
 (`finished` False, output None); frames enter in the order installed and exit in reverse. Concurrent sessions on one module share its interceptor; removing the last
 listener restores the module's `__dict__` exactly. A copy of a module made while it is intercepted
 (`copy.deepcopy`, pickling) gets a pass-through with no listeners. While intercepted,
@@ -32,8 +32,8 @@ __all__ = ["Listener", "Enter", "Exit", "Interception", "intercept"]
 
 # Called after the module's forward returned: (its context, positional args, keyword args, output).
 Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
-# A frame: called before the forward (returns a token), and after it: (token, output, finished).
-Enter = Callable[[], Any]
+# A frame: called before the forward with its (args, kwargs) (returns a token), and after it: (token, output, finished).
+Enter = Callable[[tuple[Any, ...], dict[str, Any]], Any]
 Exit = Callable[[Any, Any, bool], None]
 
 _FORWARD = "forward"
@@ -76,7 +76,7 @@ class _Interceptor:
         frames = self.frames
         if len(frames) == 1:  # the common case (a `trace` root): no lists of tokens
             ((enter, exit),) = frames
-            token = enter()
+            token = enter(args, kwargs)
             try:
                 output = self.inner(*args, **kwargs)
                 for listener, context in self.listeners:
@@ -86,7 +86,7 @@ class _Interceptor:
                 raise
             exit(token, output, True)
             return output
-        tokens = [enter() for enter, _ in frames]
+        tokens = [enter(args, kwargs) for enter, _ in frames]
         try:
             output = self.inner(*args, **kwargs)
             for listener, context in self.listeners:
