@@ -115,3 +115,15 @@ def test_generate_edits_every_step_as_a_plain_hook_does() -> None:
     assert all(torch.equal(a, b) for a, b in zip(ours.scores, theirs.scores, strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(plain.scores, theirs.scores, strict=True))
     assert hook_count(model) == 0
+
+
+def test_held_hooks_follow_a_foreign_hook_added_between_capturing_forwards(tiny: TinyModel, input_ids) -> None:
+    with torch.no_grad():
+        tiny(input_ids, output_hidden_states=True)  # hooks held from here
+        steering = tiny.layers[1].register_forward_hook(lambda m, args, output: output * 0.0)
+        states = tiny(input_ids, output_hidden_states=True).hidden_states
+        steering.remove()
+        after = tiny(input_ids, output_hidden_states=True).hidden_states
+    yamltrace.release_hooks(tiny)
+    assert torch.equal(states[2], torch.zeros_like(states[2])) and not torch.equal(after[2], states[2])
+    assert hook_count(tiny) == 0

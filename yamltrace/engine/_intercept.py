@@ -181,18 +181,24 @@ class Interception:
     """Listeners, frames and edits installed together on several modules; `remove()` takes them all
     off (idempotent)."""
 
-    __slots__ = ("_installed", "_dicts", "_forwards")
+    __slots__ = ("_installed", "_dicts", "_forwards", "_hooks", "_hook_counts")
 
     def __init__(self, installed: list[tuple[nn.Module, _Interceptor, Any, str]]) -> None:
         self._installed = installed  # (module, its interceptor, what was installed, the tuple it joined)
         # Each module's `__dict__` and the `forward` it held once installed (for `intact`).
         self._dicts = [module.__dict__ for module, _, _, _ in installed]
         self._forwards = list(map(dict.get, self._dicts, repeat(_FORWARD)))
+        # Each module's forward hooks and how many there were, then the global ones' count.
+        self._hooks = [module._forward_hooks for module, _, _, _ in installed]
+        self._hook_counts = [*map(len, self._hooks), len(_global_forward_hooks)]
 
     def intact(self) -> bool:
-        """Whether every intercepted module still calls its interceptor: no `forward` has been set on
-        one of the instances since (which would bypass the interceptor and its listeners), unless it
-        wraps the interceptor (`functools.wraps`: `__wrapped__`) or was removed again."""
+        """Whether every intercepted module still calls its interceptor as installed: no forward hook
+        has been added or removed since (which may change which path its listeners take), and no
+        `forward` set on one of the instances (which would bypass the interceptor and its listeners),
+        unless it wraps the interceptor (`functools.wraps`: `__wrapped__`) or was removed again."""
+        if [*map(len, self._hooks), len(_global_forward_hooks)] != self._hook_counts:
+            return False
         if list(map(dict.get, self._dicts, repeat(_FORWARD))) == self._forwards:
             return True  # (the common case: one C-level pass, no Python call per module)
         return all(_interceptor_of(module.__dict__.get(_FORWARD)) is interceptor for module, interceptor, _, _ in self._installed)
