@@ -34,6 +34,7 @@ LAYERS = [
         "yamltrace.spec._patterns",
         "yamltrace.spec._yaml",
         "yamltrace.spec._reader",
+        "yamltrace.spec._load_cache",
         "yamltrace.spec._schema",
         "yamltrace.spec._registry",
         "yamltrace.spec",
