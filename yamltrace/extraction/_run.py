@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..engine import attached_spec
+from ..engine import attached_spec, shared_warning
 from ..spec import Spec, load_spec, spec_from_model
 from ..tracing import trace
 from ..errors import ExtractInterrupted
@@ -313,7 +313,7 @@ def _run_batches(
     `columns` are taken out of each batch and stored beside its captures. Returns the number of batches
     in the input."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    with torch.inference_mode():
+    with torch.inference_mode(), shared_warning():  # one padding warning per run, not per batch's trace
         for index, batch in schedule:
             batch, carried, texts = split_columns(batch, columns, index, _rows_of)
             tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index)
