@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .engine._heads import head_count
+from .engine import head_count
 from .errors import did_you_mean
 
 __all__ = ["Captures"]
