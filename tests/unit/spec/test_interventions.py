@@ -398,7 +398,14 @@ def test_tensor_values_compare_by_value_and_hash() -> None:
     from yamltrace import Spec
 
     assert Spec({}, interventions=[one]) == Spec({}, interventions=[same])
+    assert hash(Spec({}, interventions=[one])) == hash(Spec({}, interventions=[same]))
     assert Spec({}, interventions=[one]) != Spec({}, interventions=[other])
+
+
+def test_a_loaded_spec_with_tensor_values_hashes_like_its_equal(folder: Path) -> None:
+    path = tensor_spec(folder, "steer.safetensors:honesty")
+    spec, again = load_spec(path), load_spec(path)
+    assert spec == again and hash(spec) == hash(again) and len({spec, again}) == 1
 
 
 def test_a_tensor_file_header_is_capped_before_it_is_parsed(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
