@@ -244,6 +244,12 @@ def test_an_integer_tensor_is_refused(folder: Path) -> None:
     assert "steer.safetensors:count is I64; an edit value is floating point" in found
 
 
+def test_a_tensor_that_is_not_finite_is_refused(folder: Path) -> None:
+    save_file({"bad": torch.tensor([1.0, float("nan")])}, str(folder / "bad.safetensors"))
+    (found,) = issues(tensor_spec(folder, "bad.safetensors:bad"))
+    assert "$.interventions.steer.add.tensor" in found and "holds values that are not finite" in found
+
+
 def test_a_symlink_out_of_the_folder_is_refused(folder: Path) -> None:
     outside = folder.parent / "outside.safetensors"
     save_file({"honesty": torch.ones(4)}, str(outside))
