@@ -18,8 +18,9 @@ from .. import specs
 from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, default_index
 from ..engine import OutputRecorder
 from ..errors import MAX_ISSUES, SpecError, SpecIssue
-from ._reader import DEFAULT_MAX_BYTES, SpecDocument
 from ._interventions import InterventionReader
+from ._load_cache import spec_loads
+from ._reader import DEFAULT_MAX_BYTES, SpecDocument, names_file
 from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
 from ._schema import checked_document
 from ._spec import PatchEntry, Spec, SpecScope
@@ -28,13 +29,19 @@ from ._walk import Section, Site, document_sections, sites
 __all__ = ["load_spec"]
 
 
+def _base_module(model_cls: type, model: Any) -> nn.Module | None:
+    """The module at `base_model_prefix` of an instance (the `LlamaModel` of a `LlamaForCausalLM`), if any."""
+    prefix = getattr(model_cls, "base_model_prefix", None)
+    base = getattr(model, prefix, None) if model is not None and isinstance(prefix, str) and prefix else None
+    return base if isinstance(base, nn.Module) and base is not model else None
+
+
 def _base_model_names(model_cls: type, model: Any) -> set[str]:
     """Class names of the base model a task model is built on: the module at `base_model_prefix` of an
     instance, and for a transformers class, the base model class its config's `model_type` maps to."""
     names: set[str] = set()
-    prefix = getattr(model_cls, "base_model_prefix", None)
-    base = getattr(model, prefix, None) if model is not None and isinstance(prefix, str) and prefix else None
-    if isinstance(base, nn.Module) and base is not model:
+    base = _base_module(model_cls, model)
+    if base is not None:
         names.update(c.__name__ for c in type(base).__mro__)
     model_type = getattr(getattr(model_cls, "config_class", None), "model_type", None)
     if model_cls.__module__.startswith("transformers.") and isinstance(model_type, str):
@@ -202,17 +209,54 @@ def load_spec(
 
     Returns the immutable `Spec` (`outputs`: key -> tuple of `OutputRecorder`; `scopes`; `patches`;
     `interventions`, whose `{tensor: FILE.safetensors:NAME}` values are read from the spec file's folder).
+    A file or `builtin:` name is read and resolved once per content: a later load with the same
+    arguments returns the same `Spec` while its files hold the same bytes (`_load_cache`).
     Raises `SpecError` with every problem (schema, unknown classes with the closest names, imports
     refused without `trust_imports`, bad patterns, a `model:` mismatch, tensor files missing, unsafe or
     over their caps), each located.
     """
     if isinstance(source, Spec):
         return source
+    registry = registry or default_registry
+    key = _load_key(source, trust_imports, for_model, max_bytes, registry)
+    if key is not None:
+        kept = spec_loads.get(key)
+        if kept is not None:
+            return kept  # type: ignore[no-any-return]
     if isinstance(source, str) and source.startswith(specs.PREFIX):
         # A shipped spec (yamltrace's own file): the transformers modules it names may be imported.
         source, trust_imports = specs.path(source), True
     document, issues = checked_document(source, max_bytes=max_bytes)
     policy = ImportPolicy.for_model(for_model, trust=trust_imports)
-    resolver = _Resolver(document, registry or default_registry, policy, for_model)
+    resolver = _Resolver(document, registry, policy, for_model)
     resolver.issues.extend(issues)  # reserved keys, recorder fields, patch keys: reported with the rest
-    return resolver.spec()
+    spec = resolver.spec()
+    if key is not None and not spec.interventions:  # (an intervention's values may come from other files)
+        spec_loads.put(key, document, spec, _classes(spec), refers_to=registry)
+    return spec
+
+
+def _load_key(source: Any, trust_imports: bool, for_model: Any, max_bytes: int, registry: ClassRegistry) -> Any:
+    """What a load of a spec file (a path or `builtin:NAME`) depends on besides the files it reads
+    (`_load_cache`): the name, import consent, the model's class and base model, the byte cap and the
+    registry's state. None for other sources (text, bytes, a mapping), which are not kept."""
+    if isinstance(source, str):
+        if not (source.startswith(specs.PREFIX) or names_file(source)):
+            return None
+        name = source
+    elif isinstance(source, os.PathLike):
+        name = os.fsdecode(os.fspath(source))
+    else:
+        return None
+    model: Any = None
+    if for_model is not None:
+        model_cls = for_model if isinstance(for_model, type) else type(for_model)
+        base = None if isinstance(for_model, type) else _base_module(model_cls, for_model)
+        model = (model_cls, None if base is None else type(base))
+    return (name, trust_imports, model, max_bytes, id(registry), registry.version)
+
+
+def _classes(spec: Spec) -> list[type]:
+    """Every class a resolved spec names: recorder targets (root and scopes) and patch replacements."""
+    found = [cls for section in spec.sections() for rs in section.outputs.values() for r in rs for cls in r.target_classes]
+    return found + [entry.replacement for entry in spec.patches]
