@@ -50,7 +50,7 @@ def test_the_intervention_selector_fields_are_the_recorder_fields_by_reference()
     }
     assert selector == {f.key for f in EDIT_FIELDS}
     assert all(properties[key]["$ref"] == f"#/$defs/recorderObject/properties/{key}" for key in selector)
-    assert not {"detach", "to", "dtype", "optional", "capture_initial_hidden_state"} & set(properties)
+    assert not {"detach", "to", "dtype", "optional", "capture_initial_hidden_state", "mask"} & set(properties)
 
 
 @pytest.mark.parametrize(
@@ -61,6 +61,7 @@ def test_the_intervention_selector_fields_are_the_recorder_fields_by_reference()
         ("a: {target: X, add: 1, scale: 2, clamp: [0, 1]}", "$.interventions.a: more than one operation"),
         ("a: {target: X, zero: true, detach: true}", "$.interventions.a.detach: unknown key 'detach'"),
         ("a: {target: X, zero: true, optional: true}", "$.interventions.a.optional: unknown key 'optional'"),
+        ("a: {target: X, zero: true, mask: attention_mask}", "$.interventions.a.mask: unknown key 'mask'"),
         ("a: {target: X, zero: true, hed_dim: 4}", "$.interventions.a.hed_dim: unknown key 'hed_dim'; did you mean 'head_dim'?"),
         ("a: {zero: true}", "$.interventions.a: give exactly one of 'target' (a class) or 'class_name'"),
         ("a: {target: X, class_name: y, zero: true}", "$.interventions.a: give exactly one of 'target'"),
@@ -101,6 +102,7 @@ def test_validate_locates_each_schema_error_at_the_intervention(entry: str, mess
         ("a: {target: X, zero: true, layers: [99999999]}", "$.interventions.a.layers[0]: layer 99999999 is out of range"),
         ("a: {target: X, zero: true, positions: '1:2:0'}", "$.interventions.a.positions: the step of slice '1:2:0'"),
         ("a: {target: '__main__:X', zero: true}", "$.interventions.a.target: '__main__:X' names a __main__ module"),
+        ("a: {target: X, zero: true, positions: last}", "$.interventions.a.positions: positions last (by the attention mask)"),
     ],
 )
 def test_validate_refuses_interventions_that_cannot_run(entry: str, message: str) -> None:
