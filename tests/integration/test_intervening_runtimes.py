@@ -127,3 +127,16 @@ def test_held_hooks_follow_a_foreign_hook_added_between_capturing_forwards(tiny:
     yamltrace.release_hooks(tiny)
     assert torch.equal(states[2], torch.zeros_like(states[2])) and not torch.equal(after[2], states[2])
     assert hook_count(tiny) == 0
+
+
+def test_dynamic_shape_compile_edits_each_length_as_eager(tiny: TinyModel, input_ids) -> None:
+    values = {"v": torch.linspace(-3, 3, 32)}
+    compiled = torch.compile(tiny, backend="eager", dynamic=True)
+    with torch.no_grad():
+        for length in (7, 5, 6):
+            batch = input_ids[:, :length]
+            with yamltrace.intervene(tiny, steer_spec(), values=values):
+                expected = tiny(batch).last_hidden_state
+                got = compiled(batch).last_hidden_state
+            assert torch.equal(got, expected)
+    assert hook_count(tiny) == 0
