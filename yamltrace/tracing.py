@@ -29,6 +29,7 @@ from .spec import Spec
 
 __all__ = ["trace", "plan", "Captures", "SpecLike"]
 
+
 def _model_scopes(model: nn.Module) -> list[_Scope]:
     """The scopes of a model traced without a spec: its decorated forwards, else the root's own map."""
     decorated = decorated_paths(model)
@@ -164,7 +165,11 @@ def trace(
     # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
     outer, model = model, unwrap(model)
     planned, explicit = _planned(model, spec, outputs, strict)
-    edits = planned_edits(model, explicit or Spec(outputs={}), values, strict=strict) if values or explicit and explicit.interventions else []
+    edits = (
+        planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
+        if values or explicit and explicit.interventions
+        else []
+    )
     run = TraceRun(planned)
     with contextlib.ExitStack() as stack:
         start_edits(stack, edits, run.session)  # edited values are what the block's captures record

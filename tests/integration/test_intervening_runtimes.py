@@ -26,7 +26,10 @@ def steer_spec(**fields) -> Spec:
     select = OutputRecorder(TinyDecoderLayer, layers=(1,), positions=(-1,))
     return Spec(
         outputs={"hidden_states": TinyDecoderLayer},
-        interventions=[Intervention("steer", select, "add", RuntimeValue("v")), Intervention("cap", OutputRecorder(TinyDecoderLayer), "clamp", (-2.0, 2.0))],
+        interventions=[
+            Intervention("steer", select, "add", RuntimeValue("v")),
+            Intervention("cap", OutputRecorder(TinyDecoderLayer), "clamp", (-2.0, 2.0)),
+        ],
         **fields,
     )
 
@@ -68,7 +71,12 @@ def test_edits_see_through_wrappers_and_keep_held_hooks_working(tiny: TinyModel,
 
 def test_captures_record_what_a_foreign_forward_hook_returned(tiny: TinyModel, input_ids) -> None:
     steering = tiny.layers[0].register_forward_hook(lambda m, args, output: output + 1.0)
-    with torch.no_grad(), yamltrace.trace(tiny, {"hidden_states": TinyDecoderLayer, "inputs": OutputRecorder(TinyDecoderLayer, input=0)}) as captures:
+    with (
+        torch.no_grad(),
+        yamltrace.trace(
+            tiny, {"hidden_states": TinyDecoderLayer, "inputs": OutputRecorder(TinyDecoderLayer, input=0)}
+        ) as captures,
+    ):
         tiny(input_ids)
     steering.remove()
     states, inputs = captures["hidden_states"], captures["inputs"]

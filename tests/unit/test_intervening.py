@@ -140,7 +140,8 @@ def test_runtime_values_one_per_module_in_module_order(model, ids) -> None:
     vectors = [torch.full((HIDDEN,), float(i)) for i in range(3)]
     iv = Intervention("steer", OutputRecorder(TinyDecoderLayer), "add", RuntimeValue("v"))
     hooks = [
-        m.register_forward_hook(lambda m, a, o, v=v: o + v) for m, v in zip(model.layers, vectors)  # type: ignore[misc]
+        m.register_forward_hook(lambda m, a, o, v=v: o + v)
+        for m, v in zip(model.layers, vectors)  # type: ignore[misc]
     ]
     with torch.no_grad():
         theirs = model(ids).last_hidden_state
@@ -251,7 +252,11 @@ def test_a_value_that_does_not_fit_the_selection_is_a_located_error_at_the_call(
     [
         (Intervention("x", OutputRecorder(nn.Conv1d), "zero"), None, "selects no module of TinyModel"),
         (Intervention("x", OutputRecorder(TinyDecoderLayer), "add", RuntimeValue("v")), None, r"pass values=\{'v'"),
-        (Intervention("x", OutputRecorder(TinyDecoderLayer), "add", RuntimeValue("v")), {"v": [torch.ones(1)]}, "holds 1 tensors for the 3 modules"),
+        (
+            Intervention("x", OutputRecorder(TinyDecoderLayer), "add", RuntimeValue("v")),
+            {"v": [torch.ones(1)]},
+            "holds 1 tensors for the 3 modules",
+        ),
         (Intervention("x", OutputRecorder(TinyDecoderLayer), "zero"), {"w": torch.ones(1)}, "no intervention takes"),
     ],
 )
@@ -262,9 +267,10 @@ def test_plan_errors_are_located_and_install_nothing(model, iv, values, message)
 
 
 def test_an_intervention_matching_nothing_warns_with_strict_false(model, ids) -> None:
-    with pytest.warns(UserWarning, match="selects no module"), yamltrace.intervene(
-        model, spec_of(Intervention("x", OutputRecorder(nn.Conv1d), "zero")), strict=False
-    ) as edited:
+    with (
+        pytest.warns(UserWarning, match="selects no module"),
+        yamltrace.intervene(model, spec_of(Intervention("x", OutputRecorder(nn.Conv1d), "zero")), strict=False) as edited,
+    ):
         model(ids)
     assert dict(edited) == {}
 
@@ -290,5 +296,8 @@ def test_trace_refuses_values_that_no_intervention_takes(model, ids) -> None:
 
 def test_clamp_without_bounds_is_a_located_error(model) -> None:
     iv = Intervention("cap", OutputRecorder(TinyDecoderLayer), "clamp", (None, None))
-    with pytest.raises(SpecError, match=r"\$\.interventions\.cap: .*clamp takes \[low, high\]"), yamltrace.intervene(model, spec_of(iv)):
+    with (
+        pytest.raises(SpecError, match=r"\$\.interventions\.cap: .*clamp takes \[low, high\]"),
+        yamltrace.intervene(model, spec_of(iv)),
+    ):
         pass  # pragma: no cover

@@ -1,9 +1,9 @@
 """`yamltrace check SPEC (--model pkg.mod:Class [--config FILE] | --checkpoint DIR)`: what a spec hooks.
 
 The model is built on the meta device (no weight memory, no weights read). For each recorder the
-command prints the module paths it hooks, for each patch the modules it replaces; anything that
-matches nothing (a recorder not marked `optional`, a missing scope, a patch) is listed with the
-closest classes or paths, and the exit status is 1.
+command prints the module paths it hooks, for each patch the modules it replaces, for each intervention
+the modules it edits; anything that matches nothing (a recorder not marked `optional`, a missing scope,
+a patch, an intervention) is listed with the closest classes or paths, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from ._interventions import report_interventions
 
 __all__ = ["add_check"]
 
@@ -103,7 +104,7 @@ def _report(spec: Any, model: Any, out: Any) -> int:
                 f"patch {entry.pattern!r} -> {entry.replace_with}: MATCHES NOTHING; the model's classes: {', '.join(classes)}",
                 file=out,
             )
-    return dead
+    return dead + report_interventions(spec, model, out)
 
 
 def _run_check(args: argparse.Namespace) -> int:

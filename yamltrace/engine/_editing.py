@@ -71,7 +71,9 @@ class Edit:
         index = self.index
         if not -len(output) <= index < len(output) or output[index] is None:
             got = "None" if -len(output) <= index < len(output) else f"a tuple of {len(output)}"
-            raise self.error(f"element {index} of the output is to be edited, but the module returned {got} there; fix the index.")
+            raise self.error(
+                f"element {index} of the output is to be edited, but the module returned {got} there; fix the index."
+            )
         index %= len(output)
         items = output[:index] + (self.tensor(output[index]),) + output[index + 1 :]
         return items if type(output) is tuple else type(output)(*items)
@@ -154,7 +156,9 @@ class Edit:
 
     def _seq(self, t: torch.Tensor) -> int:
         if not -t.dim() <= self.seq_dim < t.dim():
-            raise self.error(f"positions select along dim {self.seq_dim}, but the tensor has shape {tuple(t.shape)}; set seq_dim.")
+            raise self.error(
+                f"positions select along dim {self.seq_dim}, but the tensor has shape {tuple(t.shape)}; set seq_dim."
+            )
         return self.seq_dim % t.dim()
 
     def _positions(self, length: int, device: torch.device) -> torch.Tensor:
@@ -245,12 +249,23 @@ def _values(iv: Intervention, count: int, values: Mapping[str, Any]) -> list[Any
     value = iv.value
     if isinstance(value, RuntimeValue):
         if value.name not in values:
-            raise SpecError([edit_issue(iv, f"intervention {iv.name!r} takes {{value: {value.name}}}: pass values={{{value.name!r}: tensor}}.")])
+            raise SpecError(
+                [
+                    edit_issue(
+                        iv, f"intervention {iv.name!r} takes {{value: {value.name}}}: pass values={{{value.name!r}: tensor}}."
+                    )
+                ]
+            )
         given = values[value.name]
         if isinstance(given, (list, tuple)):
             if len(given) != count:
                 raise SpecError(
-                    [edit_issue(iv, f"values[{value.name!r}] holds {len(given)} tensors for the {count} modules intervention {iv.name!r} edits; give one per module, or one tensor for all.")]
+                    [
+                        edit_issue(
+                            iv,
+                            f"values[{value.name!r}] holds {len(given)} tensors for the {count} modules intervention {iv.name!r} edits; give one per module, or one tensor for all.",
+                        )
+                    ]
                 )
             return [_as_value(iv, v) for v in given]
         value = given
@@ -263,10 +278,18 @@ def _as_value(iv: Intervention, value: Any) -> Any:
     """`value`, when the operation can take it (a `SpecError` located at the intervention otherwise)."""
     if iv.operation == "clamp":
         if not isinstance(value, tuple) or len(value) != 2 or value == (None, None):
-            raise SpecError([edit_issue(iv, f"intervention {iv.name!r}: clamp takes [low, high], at most one of them null; got {value!r}.")])
+            raise SpecError(
+                [edit_issue(iv, f"intervention {iv.name!r}: clamp takes [low, high], at most one of them null; got {value!r}.")]
+            )
         return value
     if iv.operation != "zero" and (not isinstance(value, (torch.Tensor, int, float)) or isinstance(value, bool)):
-        raise SpecError([edit_issue(iv, f"intervention {iv.name!r}: its value is a {type(value).__name__}; give a number, a vector or a tensor.")])
+        raise SpecError(
+            [
+                edit_issue(
+                    iv, f"intervention {iv.name!r}: its value is a {type(value).__name__}; give a number, a vector or a tensor."
+                )
+            ]
+        )
     return value
 
 
@@ -279,7 +302,13 @@ def _heads(iv: Intervention, module: nn.Module, config: Any) -> int | None:
         count = config_attribute(owner, "num_attention_heads", None) if owner is not None else None
         if isinstance(count, int) and count > 0:
             return count
-    raise SpecError([edit_issue(iv, f"intervention {iv.name!r} selects heads, but the model's config has no num_attention_heads; set head_dim.")])
+    raise SpecError(
+        [
+            edit_issue(
+                iv, f"intervention {iv.name!r} selects heads, but the model's config has no num_attention_heads; set head_dim."
+            )
+        ]
+    )
 
 
 def install_edits(rows: Sequence[EditRow], session: Any) -> Interception:

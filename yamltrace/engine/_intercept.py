@@ -14,7 +14,7 @@ calls them from a forward hook of its own, registered after those (the slower pa
 what those hooks returned. *Edits* change what the module receives (`inputs`: `(args, kwargs) ->
 (args, kwargs)`, before the forward) and what it returns (`outputs`: `output -> output`, before the
 listeners), in the order installed. A *frame* is a pair of callbacks around the forward and its listeners
-(`trace` delimits its steps and scopes with them): `enter()` before, `exit(token, output, finished)`
+(`trace` delimits its steps and scopes with them): `enter(args, kwargs)` before, `exit(token, output, finished)`
 after, with `enter`'s return value as the token, also when the forward or a listener raised
 (`finished` False, output None); frames enter in the order installed and exit in reverse. Concurrent sessions on one module share its interceptor; removing the last
 listener restores the module's `__dict__` exactly. A copy of a module made while it is intercepted
@@ -42,8 +42,8 @@ Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
 InputEdit = Callable[[tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]
 OutputEdit = Callable[[Any], Any]
 INPUTS, OUTPUTS = "inputs", "outputs"
-# A frame: called before the forward (returns a token), and after it: (token, output, finished).
-Enter = Callable[[], Any]
+# A frame: called before the forward with its (args, kwargs) (returns a token), and after it: (token, output, finished).
+Enter = Callable[[tuple[Any, ...], dict[str, Any]], Any]
 Exit = Callable[[Any, Any, bool], None]
 
 _FORWARD = "forward"
@@ -117,7 +117,7 @@ class _Interceptor:
         frames = self.frames
         if len(frames) == 1:  # the common case (a `trace` root): no lists of tokens
             ((enter, exit),) = frames
-            token = enter()
+            token = enter(args, kwargs)
             try:
                 output = self._run(args, kwargs)
             except BaseException:
@@ -125,7 +125,7 @@ class _Interceptor:
                 raise
             exit(token, output, True)
             return output
-        tokens = [enter() for enter, _ in frames]
+        tokens = [enter(args, kwargs) for enter, _ in frames]
         try:
             output = self._run(args, kwargs)
         except BaseException:

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._recorder_fields import slice_problem
+from .._recorder_fields import PADDING_POSITIONS, positions_text_problem
 from ..errors import PositionError
+from ._padding import padding_selector
 
 if TYPE_CHECKING:
     from ._recorder import OutputRecorder
@@ -50,7 +51,8 @@ def normalize_input(value: Any) -> int | str | None:
 
 
 def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
-    """`OutputRecorder.positions` validated: a tuple of ints, a slice text such as `"-8:"`, or None.
+    """`OutputRecorder.positions` validated: a tuple of ints, a slice text such as `"-8:"`, `"last"` /
+    `"first"` (each row's last / first real position, by the attention mask: `_padding`), or None.
 
     A single int is one position; a `slice` becomes its text. Kept hashable, so recorders stay keys.
     """
@@ -63,7 +65,7 @@ def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
         value = ":".join("" if p is None else str(p) for p in parts)
     if isinstance(value, str):
         text: str = value.replace(" ", "")
-        problem = slice_problem(text)  # the rule a spec's slice text is checked with
+        problem = positions_text_problem(text)  # the rule a spec's text is checked with
         if problem is not None:
             raise ValueError(f"OutputRecorder.positions: {problem}.")
         return text
@@ -71,7 +73,9 @@ def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
         return (value,)
     if isinstance(value, Sequence) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         return tuple(value)
-    raise TypeError(f"OutputRecorder.positions must be a non-empty list of ints or a slice text such as '-8:', got {value!r}.")
+    raise TypeError(
+        f"OutputRecorder.positions must be a non-empty list of ints, a slice text such as '-8:', or 'last' / 'first', got {value!r}."
+    )
 
 
 def _as_index(positions: tuple[int, ...] | str) -> slice | list[int]:
@@ -311,13 +315,27 @@ def _parameter_position(target_class: type | tuple[type, ...] | None, name: str)
 
 def transform_of(recorder: OutputRecorder) -> Transform | None:
     """What `recorder` does to a captured tensor (detach, keep positions, then move/cast); None when
-    it keeps the reference."""
+    it keeps the reference. A transform that keeps positions says which, and by which mask argument:
+    its `selects` is `(positions, mask)` (read by `_padding.plan_watch`)."""
+    transform = _transform_of(recorder)
+    if transform is not None and recorder.positions is not None:
+        transform.selects = (recorder.positions, recorder.mask)  # type: ignore[attr-defined]
+    return transform
+
+
+def _transform_of(recorder: OutputRecorder) -> Transform | None:
     detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
     convert = device is not None or dtype is not None
     if recorder.positions is None:
         if not detach and not convert:
             return None
         select = None
+    elif recorder.positions in PADDING_POSITIONS:
+        # Without a mask, every position counts: `last` is `[-1]`, `first` is `[0]`. Always a copy.
+        literal = positions_selector((-1,) if recorder.positions == "last" else (0,), recorder.seq_dim)
+        select = padding_selector(recorder.positions, recorder.seq_dim, recorder.mask, literal)
+        if not detach and not convert:
+            return select
     else:
         # The selection copies, unless `to`/`dtype` follow (they copy; a view is then enough).
         select = positions_selector(recorder.positions, recorder.seq_dim, copy=not convert)

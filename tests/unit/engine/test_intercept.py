@@ -197,7 +197,7 @@ def test_frames_wrap_the_forward_and_its_listeners_and_exit_in_reverse_also_on_e
     module, log = Scale(), []
 
     def frame(name: str):
-        def enter():
+        def enter(args, kwargs):
             log.append(("enter", name))
             return name
 
