@@ -12,7 +12,7 @@ import yamltrace
 from helpers import hook_count
 from yamltrace import OutputRecorder, Spec
 from yamltrace.engine import Intervention, RuntimeValue
-from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
+from yamltrace.examples.tiny import TinyDecoderLayer, TinyModel
 
 
 @pytest.fixture(autouse=True)
