@@ -165,7 +165,11 @@ def trace(
     # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
     outer, model = model, unwrap(model)
     planned, explicit = _planned(model, spec, outputs, strict)
-    edits = planned_edits(model, explicit, values, strict=strict) if explicit is not None and explicit.interventions else []
+    edits = (
+        planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
+        if values or explicit and explicit.interventions
+        else []
+    )
     run = TraceRun(planned)
     with contextlib.ExitStack() as stack:
         start_edits(stack, edits, run.session)  # edited values are what the block's captures record
