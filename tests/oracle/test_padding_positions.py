@@ -234,3 +234,9 @@ def test_a_spec_takes_last_and_first_and_locates_a_misspelling() -> None:
         load_spec(text)
     spec = load_spec(text.replace("lats", "last"))
     assert spec.outputs["last"][0].positions == "last"
+
+
+def test_a_mask_without_positions_is_a_located_error() -> None:
+    text = "yamltrace: 1\noutputs:\n  h: {target: torch.nn:Linear, mask: attention_mask}\n"
+    with pytest.raises(yamltrace.SpecError, match=r":3:.*\$\.outputs\.h: .*mask names the attention mask.*set positions"):
+        load_spec(text)
