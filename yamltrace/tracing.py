@@ -21,7 +21,7 @@ from typing import Any, Union
 from torch import nn
 
 from ._captures import Captures
-from ._trace_checks import check_patches, check_recorders, retarget_to_patches, warn_no_tensor
+from ._trace_checks import check_patches, check_recorders, retarget_to_patches, warn_attention_weights, warn_no_tensor
 from .engine import TracePlan, TraceRun, attached_spec, decorated_paths, normalized_tasks, own_output_map, plan_trace, unwrap
 from .engine import TraceScope as _Scope
 from .spec import Spec, load_spec
@@ -113,6 +113,7 @@ def plan(
             return outputs is None or planned.names.get((path, key)) in wanted
 
         check_recorders(model, explicit, {s.path: s.module for s in scopes}, strict=strict, checked=checked)
+        warn_attention_weights(model, explicit, stacklevel=4)  # above plan: trace, contextlib, the caller
     return planned
 
 
