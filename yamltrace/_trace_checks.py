@@ -37,6 +37,7 @@ __all__ = [
     "warn_no_tensor",
     "warn_attention_weights",
     "attention_weight_issues",
+    "nearest_config",
     "dead_hints",
 ]
 
@@ -189,13 +190,14 @@ def warn_no_tensor(model: nn.Module, lists: Mapping[str, list[Any]]) -> None:
     )
 
 
-def _attention_implementation(modules: Mapping[str, nn.Module], path: str) -> Any:
-    """The `_attn_implementation` of the config nearest to the module at `path` (itself, then its parents)."""
+def nearest_config(modules: Mapping[str, nn.Module], path: str) -> Any:
+    """The `config` nearest to the module at `path` (its own, then its parents'; a tower's in a
+    composite model), None when no module on the way has one. `modules`: `dict(model.named_modules())`."""
     parts = path.split(".") if path else []
     for n in range(len(parts), -1, -1):
         config = getattr(modules.get(".".join(parts[:n])), "config", None)
-        if config is not None and hasattr(config, "_attn_implementation"):
-            return config._attn_implementation
+        if config is not None:
+            return config
     return None
 
 
@@ -223,7 +225,7 @@ def attention_weight_issues(model: nn.Module, spec: Spec) -> list[SpecIssue]:
         for key in ATTENTION_WEIGHT_KEYS.intersection(outputs):
             for position, recorder in enumerate(outputs[key]):
                 hooked = [scope + path if scope else path[1:] for path, m in modules if recorder.matches(m, path)]
-                silent = [(p, i) for p in hooked if returns_no_attention_weights(i := _attention_implementation(named, p))]
+                silent = [(p, i) for p in hooked if returns_no_attention_weights(i := getattr(nearest_config(named, p), '_attn_implementation', None))]
                 if not silent:
                     continue
                 path, implementation = silent[0]

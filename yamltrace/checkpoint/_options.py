@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import SpecError, SpecIssue
 from ..spec import Spec
 
-__all__ = ["ATTN_OPTION", "attn_implementation", "with_attn_implementation"]
+__all__ = ["ATTN_OPTION", "attn_implementation", "configure_attn_implementation", "with_attn_implementation"]
 
 ATTN_OPTION = "attn_implementation"
 
@@ -37,3 +37,13 @@ def with_attn_implementation(kwargs: dict[str, Any], spec: Spec | None) -> dict[
     """transformers `from_pretrained` keyword arguments with the attention implementation the spec needs."""
     chosen = attn_implementation(spec, kwargs.get(ATTN_OPTION))
     return kwargs if chosen is None else {**kwargs, ATTN_OPTION: chosen}
+
+
+def configure_attn_implementation(config: Any, spec: Spec | None) -> Any:
+    """Set the attention implementation the spec needs on a transformers config (one that has
+    `_attn_implementation`) before a model is built from it; returns the implementation set, or None."""
+    wanted = attn_implementation(spec)
+    if wanted is None or not hasattr(config, "_attn_implementation"):
+        return None
+    config._attn_implementation = wanted
+    return wanted

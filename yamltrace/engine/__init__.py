@@ -9,7 +9,7 @@ through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest 
 """
 
 from ._attached import attach_spec, attached_spec
-from ._collector import Collector
+from ._collector import Collector, entry_of
 from ._edit import OPERATIONS, Intervention, RuntimeValue
 from ._held import hold_hooks, release_hooks
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
@@ -51,6 +51,7 @@ __all__ = [
     "decorated_paths",
     "decorator_tie_last",
     "default_index",
+    "entry_of",
     "hold_hooks",
     "invalidate",
     "is_under",
