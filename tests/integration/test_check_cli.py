@@ -60,8 +60,8 @@ def test_check_fails_on_what_matches_nothing_with_hints(tmp_path: Path) -> None:
                              "matches no module of TinyModel; closest module paths: .self_attn, .3.self_attn, .2.self_attn. Fix the recorder, mark it "
                              "`optional: true` if the module exists only in some configurations, or trace with strict=False.")
     assert lines[5].endswith("spec.yaml: $.patches['TinyAtention']: the patch matches no module of TinyModel; fix the class name "
-                             "or pattern (the model's classes: Embedding, Linear, TinyAttention, TinyDecoderLayer, TinyMLP, "
-                             "TinyModel, TinyRMSNorm)")
+                             "or pattern (the model's classes: Embedding, Linear, ModuleList, RMSNorm, TinyAttention, "
+                             "TinyDecoderLayer, TinyMLP, TinyModel)")
     assert lines[-1] == "1 file, 1 invalid, 2 problems, 0 warnings"
 
 
