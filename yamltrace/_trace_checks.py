@@ -225,7 +225,8 @@ def attention_weight_issues(model: nn.Module, spec: Spec) -> list[SpecIssue]:
         for key in ATTENTION_WEIGHT_KEYS.intersection(outputs):
             for position, recorder in enumerate(outputs[key]):
                 hooked = [scope + path if scope else path[1:] for path, m in modules if recorder.matches(m, path)]
-                silent = [(p, i) for p in hooked if returns_no_attention_weights(i := getattr(nearest_config(named, p), '_attn_implementation', None))]
+                implementations = [(p, getattr(nearest_config(named, p), "_attn_implementation", None)) for p in hooked]
+                silent = [(p, str(i)) for p, i in implementations if returns_no_attention_weights(i)]
                 if not silent:
                     continue
                 path, implementation = silent[0]

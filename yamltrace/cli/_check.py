@@ -105,7 +105,9 @@ def _named_model(path: str, trust: bool) -> ModelSource | SpecIssue:
     document = validate_spec(Path(path))
     reference = document.data.get("model")
     if reference is None:
-        message = "no model to check this spec on: give --model pkg.mod:Class or --checkpoint DIR, or write the spec's `model:` key"
+        message = (
+            "no model to check this spec on: give --model pkg.mod:Class or --checkpoint DIR, or write the spec's `model:` key"
+        )
         return SpecIssue(message, "$", path)
     policy = ImportPolicy.for_model(None, trust=trust)
     try:
@@ -160,7 +162,9 @@ def add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "(warnings allowed), 1 something matches nothing (or a spec is invalid), 2 a usage error or an unreadable file.",
     )
     parser.add_argument("specs", nargs="+", metavar="PATH", help="spec files (YAML) or directories of them")
-    parser.add_argument("--model", metavar="PKG.MOD:CLASS", help="the model class (its module is imported); default: each spec's model key")
+    parser.add_argument(
+        "--model", metavar="PKG.MOD:CLASS", help="the model class (its module is imported); default: each spec's model key"
+    )
     parser.add_argument("--config", metavar="FILE", help="the config JSON to build the model with (default: its default config)")
     parser.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory: its config.json (and architecture)")
     parser.add_argument("--format", choices=sorted(REPORTERS), default="text", help="output format (default: text)")

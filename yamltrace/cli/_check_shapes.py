@@ -52,20 +52,20 @@ def _shape(value: Any) -> str:
 def _dummy_inputs(model: nn.Module) -> tuple[dict[str, Any], int | None] | str:
     """Keyword inputs for one forward and the sequence length they give, or why there are none."""
     parameters = inspect.signature(model.forward).parameters
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     ids = torch.zeros(BATCH_SIZE, SEQ_LENGTH, dtype=torch.long, device="meta")
     if "input_ids" in parameters:
         inputs = {"input_ids": ids}
         if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
             inputs["decoder_input_ids"] = ids
         return inputs, SEQ_LENGTH
-    vision = getattr(config, "vision_config", config)
+    vision: Any = getattr(config, "vision_config", config)
     if "pixel_values" in parameters and hasattr(vision, "image_size"):
-        size = (BATCH_SIZE, getattr(vision, "num_channels", 3), vision.image_size, vision.image_size)
-        return {"pixel_values": torch.zeros(size, device="meta")}, None
+        pixels = (BATCH_SIZE, getattr(vision, "num_channels", 3), vision.image_size, vision.image_size)
+        return {"pixel_values": torch.zeros(pixels, device="meta")}, None
     if "input_features" in parameters and hasattr(config, "num_mel_bins"):
-        size = (BATCH_SIZE, config.num_mel_bins, 2 * config.max_source_positions)
-        return {"input_features": torch.zeros(size, device="meta")}, None
+        features = (BATCH_SIZE, config.num_mel_bins, 2 * config.max_source_positions)
+        return {"input_features": torch.zeros(features, device="meta")}, None
     return f"no dummy input for {type(model).__name__}.forward({', '.join(parameters)})"
 
 
@@ -145,7 +145,9 @@ def _misfit(key: str, value: Any, call: Call, sizes: dict[str, int | None], reco
     message = f"output {key!r} is {written_shape(key, sizes)} (docs/vocabulary.md), but this recorder takes {took}"
     output = call.output
     fits = [
-        i for i, e in enumerate(output if isinstance(output, tuple) else ()) if isinstance(e, torch.Tensor) and shape_fits(key, e.shape, sizes)
+        i
+        for i, e in enumerate(output if isinstance(output, tuple) else ())
+        if isinstance(e, torch.Tensor) and shape_fits(key, e.shape, sizes)
     ]
     if fits and (recorder.input is not None or fits[0] != recorder.index):
         return f"{message}; element {fits[0]} of the output is {_shape(output[fits[0]])}: use index: {fits[0]}"

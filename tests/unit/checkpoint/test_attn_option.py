@@ -49,8 +49,11 @@ def test_from_pretrained_builds_the_attention_the_spec_states(checkpoint: Path) 
 
 
 def test_a_contradicting_argument_is_a_located_error(checkpoint: Path) -> None:
-    with pytest.raises(SpecError, match=r"llama\.yaml: \$\.options\.attn_implementation: the spec needs attn_implementation 'eager'.*"
-                       r"given attn_implementation='sdpa'.*overrides="):
+    with pytest.raises(
+        SpecError,
+        match=r"llama\.yaml: \$\.options\.attn_implementation: the spec needs attn_implementation 'eager'.*"
+        r"given attn_implementation='sdpa'.*overrides=",
+    ):
         yamltrace.from_pretrained(LlamaForCausalLM, checkpoint, spec=LLAMA, attn_implementation="sdpa")
 
 

@@ -93,8 +93,14 @@ def test_the_shipped_mixtral_spec_takes_the_logits_and_fits_every_key(
 ) -> None:
     status, lines = check(capsys, str(_shipped("mixtral")), "--model", MIXTRAL, "--config", mixtral_config)
     assert status == 0
-    assert any(line.startswith("outputs: router_logits[0] MixtralTopKRouter") and line.endswith("element 0 of 3: (6, 4)") for line in lines)
-    assert any(line.startswith("outputs: attentions[0] MixtralAttention") and line.endswith("element 1 of 2: (2, 2, 3, 3)") for line in lines)
+    assert any(
+        line.startswith("outputs: router_logits[0] MixtralTopKRouter") and line.endswith("element 0 of 3: (6, 4)")
+        for line in lines
+    )
+    assert any(
+        line.startswith("outputs: attentions[0] MixtralAttention") and line.endswith("element 1 of 2: (2, 2, 3, 3)")
+        for line in lines
+    )
     assert lines[-1] == "1 file, 0 invalid, 0 problems, 0 warnings"
 
 
@@ -134,7 +140,10 @@ def test_many_specs_and_a_directory_share_one_build_per_model(
     assert len(builds) == 1
     headers = [line for line in lines if line.endswith("on TinyModel (built on the meta device):")]
     assert [h.split(" on ")[0] for h in headers] == [
-        first, str(tmp_path / "repo" / "a.yaml"), str(tmp_path / "repo" / "nested" / "b.yml"), str(tmp_path / "repo" / "nested" / "c.yaml")
+        first,
+        str(tmp_path / "repo" / "a.yaml"),
+        str(tmp_path / "repo" / "nested" / "b.yml"),
+        str(tmp_path / "repo" / "nested" / "c.yaml"),
     ]
     assert lines[-1] == "4 files, 0 invalid, 0 problems, 0 warnings"
 
@@ -164,7 +173,9 @@ def test_json_and_github_formats(tmp_path: Path, mixtral_config: str, capsys: py
     status = main(["check", spec, "--model", MIXTRAL, "--config", mixtral_config, "--format", "github"])
     out = capsys.readouterr().out.splitlines()
     assert status == 0 and len(out) == 1
-    assert out[0].startswith(f"::warning file={spec},line=5,col=18,title=yamltrace::$.outputs.router_logits: output 'router_logits' is")
+    assert out[0].startswith(
+        f"::warning file={spec},line=5,col=18,title=yamltrace::$.outputs.router_logits: output 'router_logits' is"
+    )
 
 
 def test_a_dead_recorder_is_an_error_annotation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -172,4 +183,6 @@ def test_a_dead_recorder_is_an_error_annotation(tmp_path: Path, capsys: pytest.C
     status = main(["check", spec, "--model", TINY, "--format", "github"])
     out = capsys.readouterr().out.splitlines()
     assert status == 1
-    assert out[0].startswith(f"::error file={spec},line=4,col=18,title=yamltrace::$.outputs.hidden_states: output 'hidden_states'")
+    assert out[0].startswith(
+        f"::error file={spec},line=4,col=18,title=yamltrace::$.outputs.hidden_states: output 'hidden_states'"
+    )
