@@ -4,15 +4,17 @@ Each spec file (a directory is walked as `validate` walks it) is checked against
 meta device (no weight memory, no weights read; `_check_model`): `--model` or `--checkpoint` for every
 spec, else the class each spec's `model:` key names; one build per distinct model. For each recorder
 the command notes the module paths it hooks, the element it takes and its shape (`_check_shapes`); for
-each patch the modules it replaces. Problems (a recorder not marked `optional`, a scope or a patch that
-matches nothing) fail the check; warnings (attention weights the model computes none of, a vocabulary
-key whose shape does not fit) do not. Rendered by `_report`, as `validate`'s results are.
+each patch the modules it replaces, for each intervention the modules it edits. Problems (a recorder
+not marked `optional`, a scope, a patch or an intervention that matches nothing) fail the check;
+warnings (attention weights the model computes none of, a vocabulary key whose shape does not fit) do
+not. Rendered by `_report`, as `validate`'s results are.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from ..errors import SpecError, SpecIssue
 from ._check_model import ModelSource, Models, Usage, source_from_arguments
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from ._files import Target, expand
+from ._interventions import report_interventions
 from ._report import REPORTERS, FileResult
 
 __all__ = ["add_check"]
@@ -95,6 +98,19 @@ def _patches(spec: Any, model: Any, found: _Findings) -> None:
         found.issues.append(SpecIssue(message, f"$.patches[{entry.pattern!r}]", spec.source))
 
 
+def _interventions(spec: Any, model: Any, found: _Findings) -> None:
+    from .._trace_checks import dead_hints
+    from ..engine import scope_modules
+
+    out = io.StringIO()
+    for edit in report_interventions(spec, model, out):
+        where = edit.where if edit.where is not None else SpecIssue("", f"$.interventions.{edit.name}", spec.source)
+        hints = dead_hints(edit.select, scope_modules(model, "", ()))
+        message = f"intervention {edit.name!r} edits no module of {type(model).__name__}{hints}; fix its selector"
+        found.issues.append(dataclasses.replace(where, message=message))
+    found.notes.extend(out.getvalue().splitlines())
+
+
 def _named_model(path: str, trust: bool) -> ModelSource | SpecIssue:
     """The class a spec's `model:` key names (resolved as its other classes are), or why there is none."""
     from torch import nn
@@ -135,6 +151,7 @@ def _check(target: Target, source: ModelSource | None, models: Models, trust: bo
     found = _Findings(f"{target.path} on {type(model).__name__} (built on the meta device):")
     _recorders(spec, model, found)
     _patches(spec, model, found)
+    _interventions(spec, model, found)
     return found.result(target.path)
 
 

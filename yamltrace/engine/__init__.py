@@ -12,6 +12,7 @@ from ._attached import attach_spec, attached_spec
 from ._collector import Collector, entry_of
 from ._edit import OPERATIONS, Intervention, RuntimeValue
 from ._held import hold_hooks, release_hooks
+from ._padding import PaddingWatch, shared_warning, tasks_watch, warning_state
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
 from ._scopes import decorated_paths, is_under, scope_modules
@@ -41,6 +42,7 @@ __all__ = [
     "RuntimeValue",
     "NO_CAPTURE",
     "OutputRecorder",
+    "PaddingWatch",
     "Session",
     "TracePlan",
     "TraceRun",
@@ -66,7 +68,10 @@ __all__ = [
     "requested_flags",
     "resolve_selections",
     "scope_modules",
+    "shared_warning",
+    "tasks_watch",
     "tie_last_enabled",
     "tie_last_hidden_state",
     "unwrap",
+    "warning_state",
 ]

@@ -19,6 +19,7 @@ from torch import nn
 
 from ._collector import Collector, install_hooks
 from ._intercept import Interception, intercept
+from ._padding import plan_watch, warning_state
 from ._session import Session, tie_last_hidden_state
 from ._trace_plan import TracePlan
 
@@ -46,6 +47,7 @@ class TraceRun:
         self._step_starts = dict.fromkeys(self.lists, 0)
         self._ties: list[int] = []
         self._depth = 0
+        self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
 
     def start(self, stack: contextlib.ExitStack, outer: nn.Module) -> None:
         """Install the plan's hooks and frames (`outer`: the module whose calls are steps) and start
@@ -57,10 +59,13 @@ class TraceRun:
             if scope.exposed and scope.hooks:
                 gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
                 handles.append(install_hooks(list(scope.hooks), gate))
-        handles.append(intercept([], self._frames(outer)))
+        frames = self._frames(outer)
+        if self.padding is not None:  # first: the mask is known to every role of the call, ties included
+            frames.insert(0, (outer, *self.padding.frame(outer, self.session.recording, warning_state())))
+        handles.append(intercept([], frames))
         stack.callback(self.session.exit, self.session.enter())
 
-    def _frames(self, outer: nn.Module) -> list[tuple[nn.Module, Callable[[], bool], Callable[[bool, Any, bool], None]]]:
+    def _frames(self, outer: nn.Module) -> list[tuple[nn.Module, Callable[..., Any], Callable[[bool, Any, bool], None]]]:
         """One frame per module with roles: entries in the order added, exits in reverse."""
         roles: dict[int, tuple[nn.Module, list[Entered], list[Exited]]] = {}
 
@@ -150,10 +155,10 @@ def _remove(handles: list[Interception]) -> None:
 
 def _frame(
     is_active: Callable[[], bool], entries: list[Entered], exits: list[Exited]
-) -> tuple[Callable[[], bool], Callable[[bool, Any, bool], None]]:
+) -> tuple[Callable[[tuple[Any, ...], dict[str, Any]], bool], Callable[[bool, Any, bool], None]]:
     """One module's frame (`_intercept`): its roles' entries and exits, for calls made while the block records."""
 
-    def enter() -> bool:
+    def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         active = is_active()
         if active:
             for entered in entries:

@@ -20,7 +20,7 @@ import jsonschema
 from jsonschema.exceptions import ValidationError
 
 from ..errors import SpecError, SpecIssue, did_you_mean
-from ._limits import recorder_issues, size_issues, unique_key
+from ._limits import intervention_issues, recorder_issues, size_issues, unique_key
 from ._patterns import PatternError, compile_pattern
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument, read_spec_document
 
@@ -144,9 +144,10 @@ def _patch_key_issues(document: SpecDocument) -> list[SpecIssue]:
 
 
 def content_issues(document: SpecDocument) -> list[SpecIssue]:
-    """What a schema-valid document may still get wrong: reserved output keys, recorder fields, patch keys."""
+    """What a schema-valid document may still get wrong: reserved output keys, recorder and intervention fields, patch keys."""
     issues: list[SpecIssue] = []
     recorder_issues(document.data, lambda path, message: issues.append(document.issue(path, message)))
+    intervention_issues(document.data, lambda path, message: issues.append(document.issue(path, message)))
     return issues + _patch_key_issues(document)
 
 

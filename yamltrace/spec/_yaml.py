@@ -146,6 +146,7 @@ class Part:
     values: dict[Path_, Location] = field(default_factory=dict)
     keys: dict[Path_, Location] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
+    raw: bytes | None = None  # the bytes parsed, for a part read from a file (`read_file`)
 
     def where(self, mark: yaml.Mark) -> Location:
         return Location(self.file, mark.line + 1, mark.column + 1, self.chain)
@@ -322,4 +323,6 @@ def read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...], b
         raise fail("not a regular file; a spec must be a YAML file")
     if info.st_size > max_bytes or len(raw) > max_bytes:
         raise _too_big(max_bytes, display, chain)
-    return read_text(raw, max_bytes, display, chain, budget)
+    part = read_text(raw, max_bytes, display, chain, budget)
+    part.raw = raw
+    return part
