@@ -9,7 +9,7 @@ through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest 
 """
 
 from ._attached import attach_spec, attached_spec
-from ._collector import Collector
+from ._collector import Collector, entry_of
 from ._edit import OPERATIONS, Intervention, RuntimeValue
 from ._heads import head_count
 from ._held import hold_hooks, release_hooks
@@ -55,6 +55,7 @@ __all__ = [
     "decorator_tie_last",
     "head_count",
     "default_index",
+    "entry_of",
     "hold_hooks",
     "invalidate",
     "is_under",
