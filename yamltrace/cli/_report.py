@@ -35,13 +35,19 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _skipped_text(n: int) -> str:
+    """How a run says that walked YAML files were not specs."""
+    return f"{_count(n, 'YAML file')} skipped (no top-level 'yamltrace:' key)"
+
+
 class Reporter:
     """Renders a run's results to `stream`; subclasses choose the format."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
 
-    def report(self, results: Sequence[FileResult]) -> None:
+    def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
+        """Render `results`; `skipped`: the walked YAML files passed over as not specs (counted)."""
         raise NotImplementedError
 
     @staticmethod
@@ -83,7 +89,7 @@ class TextReporter(Reporter):
     File names, paths and messages are escaped (see `escape_text`): one issue is always one line.
     """
 
-    def report(self, results: Sequence[FileResult]) -> None:
+    def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
         for result in results:
             for issue in result.issues:
                 print(escaped_issue(issue), file=self.stream)
@@ -92,17 +98,21 @@ class TextReporter(Reporter):
         if counts["unreadable"]:
             parts.append(f"{counts['unreadable']} unreadable")
         parts.append(_count(counts["problems"], "problem"))
+        if skipped:
+            parts.append(_skipped_text(len(skipped)))
         print(", ".join(parts), file=self.stream)
 
 
 class JsonReporter(Reporter):
-    """One JSON document: `valid`, `summary` counts and per-file `status` with `issues` as dicts."""
+    """One JSON document: `valid`, `summary` counts, per-file `status` with `issues` as dicts, and the
+    `skipped` files (walked YAML without a top-level `yamltrace:` key)."""
 
-    def report(self, results: Sequence[FileResult]) -> None:
+    def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
         document = {
             "valid": all(r.status == "valid" for r in results),
             "summary": self.summary(results),
             "files": [{"file": r.file, "status": r.status, "issues": [issue.to_dict() for issue in r.issues]} for r in results],
+            "skipped": list(skipped),
         }
         print(json.dumps(document, indent=2), file=self.stream)
 
@@ -117,9 +127,12 @@ def _escape_property(text: str) -> str:
 
 
 class GitHubReporter(Reporter):
-    """GitHub Actions `::error` workflow commands, one per issue, so each shows on its line in the diff."""
+    """GitHub Actions `::error` workflow commands, one per issue, so each shows on its line in the diff;
+    one `::notice` when walked YAML files were skipped as not specs."""
 
-    def report(self, results: Sequence[FileResult]) -> None:
+    def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
+        if skipped:
+            print(f"::notice title=yamltrace::{_escape_data(_skipped_text(len(skipped)))}", file=self.stream)
         for result in results:
             for issue in result.issues:
                 file = issue.file or result.file
