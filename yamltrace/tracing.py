@@ -166,11 +166,15 @@ def trace(
     # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
     outer, model = model, unwrap(model)
     planned, explicit = _planned(model, spec, outputs, strict)
-    edits = planned_edits(model, explicit, values, strict=strict) if explicit is not None and explicit.interventions else []
+    edits = (
+        planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
+        if values or explicit and explicit.interventions
+        else []
+    )
     run = TraceRun(planned)
     with contextlib.ExitStack() as stack:
         start_edits(stack, edits, run.session)  # edited values are what the block's captures record
         run.start(stack, outer)
-        yield Captures(run.lists, run.ends, run.paths)
+        yield Captures(run.lists, run.ends, run.paths, model)
     if run.ends:
         warn_no_tensor(model, run.silent_outputs())

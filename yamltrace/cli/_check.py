@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import SpecError, SpecIssue
 from ._check_model import ModelSource, Models, Usage, source_from_arguments
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
-from ._files import Target, expand
+from ._files import Target, add_exclude, collect
 from ._interventions import report_interventions
 from ._report import REPORTERS, FileResult
 
@@ -159,11 +159,12 @@ def _run_check(args: argparse.Namespace) -> int:
     try:
         source = source_from_arguments(args.model, args.config, args.checkpoint)
         models = Models()
-        results = [_check(target, source, models, args.trust_imports) for target in expand(args.specs)]
+        found = collect(args.specs, exclude=args.exclude)
+        results = [_check(target, source, models, args.trust_imports) for target in found.targets]
     except (Usage, OSError, ValueError) as e:
         print(f"yamltrace check: {e}", file=sys.stderr)
         return EXIT_USAGE
-    REPORTERS[args.format](sys.stdout, detailed=True).report(results)
+    REPORTERS[args.format](sys.stdout, detailed=True).report(results, skipped=found.skipped)
     if any(r.status == "unreadable" for r in results):
         return EXIT_USAGE
     return EXIT_INVALID if any(r.status == "invalid" for r in results) else EXIT_OK
@@ -184,6 +185,7 @@ def add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     parser.add_argument("--config", metavar="FILE", help="the config JSON to build the model with (default: its default config)")
     parser.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory: its config.json (and architecture)")
+    add_exclude(parser)
     parser.add_argument("--format", choices=sorted(REPORTERS), default="text", help="output format (default: text)")
     parser.add_argument(
         "--trust-imports",

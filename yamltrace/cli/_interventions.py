@@ -12,12 +12,13 @@ __all__ = ["describe", "report_interventions"]
 
 def _value(value: Any, reference: str | None) -> str:
     """An operation's value as a spec writes it, kept short (a tensor: its file reference and shape)."""
+    from ..engine import RuntimeValue  # `check` has imported torch by now; `inspect` never comes here
+
     if reference is not None:
         shape = getattr(value, "shape", None)
         return f"{{tensor: {reference}}}" + ("" if shape is None else f" {list(shape)}")
-    name = getattr(value, "name", None)
-    if isinstance(name, str):
-        return f"{{value: {name}}}"
+    if isinstance(value, RuntimeValue):
+        return f"{{value: {value.name}}}"
     if isinstance(value, tuple) and len(value) > 4:
         return f"a vector of {len(value)} numbers"
     if isinstance(value, tuple):

@@ -39,6 +39,11 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _skipped_text(n: int) -> str:
+    """How a run says that walked YAML files were not specs."""
+    return f"{_count(n, 'YAML file')} skipped (no top-level 'yamltrace:' key)"
+
+
 class Reporter:
     """Renders a run's results to `stream`; subclasses choose the format. `detailed` (`check`) adds
     each file's warnings and notes, and a warnings count to the summary."""
@@ -47,7 +52,8 @@ class Reporter:
         self.stream = stream
         self.detailed = detailed
 
-    def report(self, results: Sequence[FileResult]) -> None:
+    def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
+        """Render `results`; `skipped`: the walked YAML files passed over as not specs (counted)."""
         raise NotImplementedError
 
     def summary(self, results: Sequence[FileResult]) -> dict[str, int]:
@@ -91,7 +97,7 @@ class TextReporter(Reporter):
     File names, paths and messages are escaped (see `escape_text`): one issue is always one line.
     """
 
-    def report(self, results: Sequence[FileResult]) -> None:
+    def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
         for result in results:
             for note in result.notes if self.detailed else ():
                 print(escape_text(note), file=self.stream)
@@ -106,17 +112,21 @@ class TextReporter(Reporter):
         parts.append(_count(counts["problems"], "problem"))
         if self.detailed:
             parts.append(_count(counts["warnings"], "warning"))
+        if skipped:
+            parts.append(_skipped_text(len(skipped)))
         print(", ".join(parts), file=self.stream)
 
 
 class JsonReporter(Reporter):
-    """One JSON document: `valid`, `summary` counts and per-file `status` with `issues` as dicts."""
+    """One JSON document: `valid`, `summary` counts, per-file `status` with `issues` as dicts, and the
+    `skipped` files (walked YAML without a top-level `yamltrace:` key)."""
 
-    def report(self, results: Sequence[FileResult]) -> None:
+    def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
         document = {
             "valid": all(r.status == "valid" for r in results),
             "summary": self.summary(results),
             "files": [self.file_entry(r) for r in results],
+            "skipped": list(skipped),
         }
         print(json.dumps(document, indent=2), file=self.stream)
 
@@ -140,9 +150,12 @@ def _escape_property(text: str) -> str:
 
 class GitHubReporter(Reporter):
     """GitHub Actions `::error` workflow commands, one per issue (`::warning` per warning, with
-    `detailed`), so each shows on its line in the diff."""
+    `detailed`), so each shows on its line in the diff; one `::notice` when walked YAML files were
+    skipped as not specs."""
 
-    def report(self, results: Sequence[FileResult]) -> None:
+    def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
+        if skipped:
+            print(f"::notice title=yamltrace::{_escape_data(_skipped_text(len(skipped)))}", file=self.stream)
         for result in results:
             for issue in result.issues:
                 self.command("error", result, issue)

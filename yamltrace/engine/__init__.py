@@ -11,6 +11,7 @@ through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest 
 from ._attached import attach_spec, attached_spec
 from ._collector import Collector, entry_of
 from ._edit import OPERATIONS, Intervention, RuntimeValue
+from ._heads import head_count
 from ._held import hold_hooks, release_hooks
 from ._padding import PaddingWatch, shared_warning, tasks_watch, warning_state
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
@@ -52,6 +53,7 @@ __all__ = [
     "config_attribute",
     "decorated_paths",
     "decorator_tie_last",
+    "head_count",
     "default_index",
     "entry_of",
     "hold_hooks",

@@ -188,3 +188,17 @@ def test_a_dead_recorder_is_an_error_annotation(tmp_path: Path, capsys: pytest.C
     assert out[0].startswith(
         f"::error file={spec},line=4,col=18,title=yamltrace::$.outputs.hidden_states: output 'hidden_states'"
     )
+
+
+def test_a_walked_directory_skips_non_specs_and_honours_exclude(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`check DIR` walks as `validate` does: YAML without a top-level `yamltrace:` key is skipped and
+    counted, `--exclude` leaves files out; the specs found are checked."""
+    write(tmp_path, "tiny.yaml", TINY_SPEC)
+    write(tmp_path, ".pre-commit-config.yaml", "repos: []\n")
+    (tmp_path / "drafts").mkdir()
+    write(tmp_path / "drafts", "broken.yaml", "yamltrace: 1\noutputs: {hidden_states: NoSuchLayer}\n")
+    status = main(["check", str(tmp_path), "--model", TINY, "--exclude", "drafts"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "1 file, 0 invalid" in out and "1 YAML file skipped" in out
+    assert "broken.yaml" not in out
