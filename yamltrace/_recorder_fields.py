@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "CHECKED_FIELDS",
+    "EDIT_FIELDS",
     "MAX_POSITION",
     "MAX_RECORDER_INDEX",
     "MAX_SEQ_DIM",
@@ -182,6 +183,15 @@ RECORDER_FIELDS: tuple[RecorderField, ...] = (
 _BY_NAME: Mapping[str, RecorderField] = {f.name: f for f in RECORDER_FIELDS}
 # The fields whose values have a check beyond their type (what `OutputRecorder` runs on construction).
 CHECKED_FIELDS: tuple[RecorderField, ...] = tuple(f for f in RECORDER_FIELDS if f.check is not _none)
+
+
+# The fields an intervention selects with (docs/interventions.md). The others only shape what a capture
+# keeps (detach, to, dtype), excuse a recorder that matches nothing (optional; `intervene(strict=False)`
+# is the edits' leniency), add the initial hidden state to a capture, or name the attention mask of the
+# padding-aware positions (`PADDING_POSITIONS`), which edits do not take.
+EDIT_FIELDS: tuple[RecorderField, ...] = tuple(
+    f for f in RECORDER_FIELDS if f.name not in {"capture_initial_hidden_state", "detach", "to", "dtype", "optional", "mask"}
+)
 
 
 def field_default(name: str) -> Any:

@@ -14,22 +14,20 @@ language model keeps the plain names, its vision tower's are `vision_tower_hidde
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Union
+from typing import Any
 
 from torch import nn
 
 from ._captures import Captures
-from ._trace_checks import check_patches, check_recorders, retarget_to_patches, warn_no_tensor
+from ._spec_arg import SpecLike, as_spec
+from ._trace_checks import check_recorders, retarget_to_patches, warn_attention_weights, warn_no_tensor
 from .engine import TracePlan, TraceRun, attached_spec, decorated_paths, normalized_tasks, own_output_map, plan_trace, unwrap
 from .engine import TraceScope as _Scope
-from .spec import Spec, load_spec
+from .intervening import planned_edits, start_edits
+from .spec import Spec
 
 __all__ = ["trace", "plan", "Captures", "SpecLike"]
-
-# What `trace` takes as a spec: a Spec, a spec file, or a `_can_record_outputs`-style dict.
-SpecLike = Union[Spec, str, "os.PathLike[str]", Mapping[str, Any]]
 
 
 def _model_scopes(model: nn.Module) -> list[_Scope]:
@@ -82,14 +80,7 @@ def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[lis
         # from_pretrained set the attached spec's top-level map on the instance, retargeted to patched
         # classes, and applied its patches: its scopes are retargeted the same way here.
         return _spec_scopes(model, retarget_to_patches(model, attached), normalized_tasks(_map_of(model)), strict=False), None
-    if isinstance(spec, (str, os.PathLike)):
-        spec = load_spec(spec, for_model=model)
-    elif isinstance(spec, Mapping) and not isinstance(spec, Spec):
-        spec = Spec(outputs=spec)
-    if not isinstance(spec, Spec):
-        raise TypeError(f"trace() takes a Spec, a spec path or a capture dict, got {type(spec).__name__}.")
-    check_patches(model, spec)
-    spec = retarget_to_patches(model, spec)
+    spec = as_spec(model, spec)
     root_tasks = tuple((key, r) for key, recorders in spec.outputs.items() for r in recorders)
     return _spec_scopes(model, spec, root_tasks, strict), spec
 
@@ -103,6 +94,13 @@ def plan(
 
     `model` is the module inside any DDP, FSDP or torch.compile wrapper (`trace` unwraps it first).
     """
+    return _planned(model, spec, outputs, strict)[0]
+
+
+def _planned(
+    model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] | None, strict: bool
+) -> tuple[TracePlan, Spec | None]:
+    """The block's plan (`plan`), and its explicit spec (None without one)."""
     scopes, explicit = _resolve(model, spec, strict)
     planned = plan_trace(model, scopes, outputs)
     if explicit is not None:
@@ -113,7 +111,8 @@ def plan(
             return outputs is None or planned.names.get((path, key)) in wanted
 
         check_recorders(model, explicit, {s.path: s.module for s in scopes}, strict=strict, checked=checked)
-    return planned
+        warn_attention_weights(model, explicit, stacklevel=4)  # above _planned: trace, contextlib, the caller
+    return planned, explicit
 
 
 @contextlib.contextmanager
@@ -123,6 +122,7 @@ def trace(
     *,
     outputs: str | Iterable[str] | None = None,
     strict: bool = True,
+    values: Mapping[str, Any] | None = None,
 ) -> Iterator[Captures]:
     """Capture the outputs a spec declares while the block runs; yields a read-only `key -> tuple` map.
 
@@ -134,6 +134,7 @@ def trace(
         outputs: the keys to capture (default: every key).
         strict: with an explicit spec, a recorder that matches no module of the model is a `SpecError`
             located at the recorder (unless marked `optional`); `strict=False` makes it a warning.
+        values: the tensors of the spec's `{value: NAME}` interventions, as `intervene` takes them.
 
     Yields:
         `Captures`: a read-only mapping `key -> tuple`, all calls of `model` in the block concatenated
@@ -148,8 +149,9 @@ def trace(
         CaptureError: during the block, a recorder cannot take what it asks for (an index past a
             module's tuple output, token positions out of range).
 
-    Hooks exist only inside the block, record only calls made in the context (thread) that entered it,
-    and are removed even if the block raises. `model` may be the module `torch.compile` returned, or
+    A spec with `interventions` applies them for the block, as `intervene` does: captures record the
+    edited values. Hooks exist only inside the block, record only calls made in the context (thread)
+    that entered it, and are removed even if the block raises. `model` may be the module `torch.compile` returned, or
     the original of a compiled module, before or after its first compiled call (see docs/capture.md).
 
     Example:
@@ -163,9 +165,16 @@ def trace(
     """
     # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
     outer, model = model, unwrap(model)
-    run = TraceRun(plan(model, spec, outputs=outputs, strict=strict))
+    planned, explicit = _planned(model, spec, outputs, strict)
+    edits = (
+        planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
+        if values or explicit and explicit.interventions
+        else []
+    )
+    run = TraceRun(planned)
     with contextlib.ExitStack() as stack:
+        start_edits(stack, edits, run.session)  # edited values are what the block's captures record
         run.start(stack, outer)
-        yield Captures(run.lists, run.ends, run.paths)
+        yield Captures(run.lists, run.ends, run.paths, model)
     if run.ends:
         warn_no_tensor(model, run.silent_outputs())

@@ -28,6 +28,7 @@ __all__ = [
     "Transform",
     "normalize_input",
     "normalize_positions",
+    "positions_index",
     "positions_selector",
     "transform_of",
 ]
@@ -86,6 +87,22 @@ def _as_index(positions: tuple[int, ...] | str) -> slice | list[int]:
         (i,) = positions
         return slice(i, None if i == -1 else i + 1)
     return list(positions)
+
+
+def positions_index(positions: tuple[int, ...] | str, length: int) -> list[int]:
+    """The positions `positions` picks in a sequence of `length`, made absolute, with the selection's
+    semantics (a slice is clipped, as Python's; a listed position out of range is a `PositionError`,
+    as is a selection of nothing)."""
+    index = _as_index(positions)
+    written = positions if isinstance(positions, str) else list(positions)
+    try:
+        picked = list(range(length)[index]) if isinstance(index, slice) else [range(length)[i] for i in index]
+    except IndexError:
+        picked = []
+    if not picked:
+        problem = "select nothing from" if isinstance(positions, str) else "are out of range for"
+        raise PositionError(f"positions {written!r} {problem} a sequence of {length}.")
+    return picked
 
 
 def _fixed_span(index: slice) -> tuple[int, int] | None:
@@ -250,11 +267,23 @@ class InputSource:
 
     def take(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The argument of one call; `path` is the module's, for the error message."""
+        where = self.where(path, args, kwargs)
+        return kwargs[where] if isinstance(where, str) else args[where]
+
+    def put(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any], value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with this one replaced by `value` (new containers; the caller's are unchanged)."""
+        where = self.where(path, args, kwargs)
+        if isinstance(where, str):
+            return args, {**kwargs, where: value}
+        return args[:where] + (value,) + args[where + 1 :], kwargs
+
+    def where(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str:
+        """The keyword name or the position of the argument in one call (`PositionError` if not passed)."""
         if self.name is not None and self.name in kwargs:
-            return kwargs[self.name]
+            return self.name
         position = self.position
         if position is not None and position < len(args):
-            return args[position]
+            return position
         raise PositionError(
             f"the module at {path.lstrip('.') or '<root>'} was called with {len(args)} positional argument(s) "
             f"and keywords {sorted(kwargs)}, so it has no input {self.written!r}; set the recorder's input "

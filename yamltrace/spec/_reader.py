@@ -23,10 +23,13 @@ from ..errors import SpecError, SpecIssue, format_json_path
 from ._limits import MAX_EXTENDS_DEPTH, MAX_NODES, Budget
 from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_, read_file, read_text
 
-__all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "MERGED_SECTIONS", "Location", "SpecDocument", "read_spec_document"]
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "MERGED_SECTIONS", "Location", "SpecDocument", "names_file", "read_spec_document"]
 
 # Top-level sections that `extends` merges per key; every other key is replaced by the extending file.
-MERGED_SECTIONS = ("outputs", "options", "patches", "scopes")
+MERGED_SECTIONS = ("outputs", "options", "patches", "scopes", "interventions")
+# Sections whose order is meaningful and follows the base: interventions apply in the order written, so
+# the base's come first (one the extending file redefines keeps its place), then the extending file's new ones.
+BASE_ORDER_SECTIONS = ("interventions",)
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,10 @@ class SpecDocument:
     """A spec as plain JSON-compatible data (`extends` merged and removed), with where each node came from.
 
     `files` lists every file read, the top one first. `issue(path, message)` builds a SpecIssue located
-    at the YAML node of `path` (or its nearest located ancestor), in the file that defined it.
+    at the YAML node of `path` (or its nearest located ancestor), in the file that defined it. `read`
+    says, for each file read in order, the path it was named by, its real path and the bytes parsed,
+    and `folder` the real folder `extends` resolved against (None for text or a mapping): what the
+    load cache compares (`_load_cache`).
     """
 
     data: dict[str, Any]
@@ -42,6 +48,8 @@ class SpecDocument:
     files: tuple[str, ...] = ()
     values: Mapping[Path_, Location] = field(default_factory=dict, repr=False, compare=False)
     keys: Mapping[Path_, Location] = field(default_factory=dict, repr=False, compare=False)
+    read: tuple[tuple[str, str, bytes], ...] = field(default=(), repr=False, compare=False)
+    folder: str | None = field(default=None, repr=False, compare=False)
 
     def locate(self, path: Sequence[str | int], *, at_key: bool = False) -> Location | None:
         """The location of the node at `path` (its key when `at_key`), else of its nearest located ancestor."""
@@ -109,7 +117,10 @@ def _merge(base: Part, child: Part) -> Part:
     for key in [*child.data, *(k for k in base.data if k not in child.data)]:
         if merges(key):
             ours = child.data[key]
-            merged.data[key] = {**ours, **{k: v for k, v in base.data[key].items() if k not in ours}}
+            if key in BASE_ORDER_SECTIONS:
+                merged.data[key] = {**base.data[key], **ours}
+            else:
+                merged.data[key] = {**ours, **{k: v for k, v in base.data[key].items() if k not in ours}}
         else:
             merged.data[key] = (child if key in child.data else base).data[key]
 
@@ -135,6 +146,7 @@ class _Chain:
     root: str
     max_bytes: int
     budget: Budget
+    read: list[tuple[str, str, bytes]] = field(default_factory=list)  # (path as named, real path, bytes) of each file
 
 
 def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> Part:
@@ -174,6 +186,7 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
         if not os.path.exists(real):
             raise fail(f"base spec {_short_repr(ref)} not found (looked for {display})")
         part = read_file(real, display, chain.max_bytes, (*part.chain, display), chain.budget)
+        chain.read.append((target, real, part.raw or b""))
         parts.append(part)
         base_dir, seen = names_folder(target), seen | {real}
     merged = parts.pop()
@@ -182,7 +195,7 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
     return merged
 
 
-def _names_file(text: str) -> bool:
+def names_file(text: str) -> bool:
     """A string is a path when it has no newline and ends with .yaml/.yml or names an existing file."""
     return "\n" not in text and "\r" not in text and (text.endswith((".yaml", ".yml")) or os.path.isfile(text))
 
@@ -198,21 +211,26 @@ def read_spec_document(
     """
     budget = Budget(bytes=max_bytes)
     seen: frozenset[str]
+    read: list[tuple[str, str, bytes]] = []
+    folder = None
     if isinstance(source, Mapping):
         issues: list[SpecIssue] = []
         part = Part(None, ("<mapping>",), data=_plain(source, (), issues, budget))
         if issues:
             raise SpecError(issues)
         base_dir, seen = os.getcwd(), frozenset()
-    elif isinstance(source, os.PathLike) or isinstance(source, str) and _names_file(source):
+    elif isinstance(source, os.PathLike) or isinstance(source, str) and names_file(source):
         display = os.fsdecode(os.fspath(source))
         part = read_file(display, display, max_bytes, (display,), budget)
-        base_dir, seen = names_folder(display), frozenset({os.path.realpath(display)})
+        folder = base_dir = names_folder(display)
+        read.append((display, os.path.realpath(display), part.raw or b""))
+        seen = frozenset({read[0][1]})
     elif isinstance(source, (str, bytes)):
         part = read_text(source, max_bytes, None, ("<string>",), budget)
         base_dir, seen = os.getcwd(), frozenset()
     else:
         raise SpecError.single(f"cannot read a spec from {type(source).__name__}; pass a path, YAML text, bytes or a mapping")
-    part = _extend(part, base_dir, seen, _Chain(os.path.realpath(base_dir), max_bytes, budget))
+    part = _extend(part, base_dir, seen, _Chain(os.path.realpath(base_dir), max_bytes, budget, read))
     files = tuple(dict.fromkeys(where.file for where in part.values.values() if where.file))
-    return SpecDocument(part.data, part.file, files or ((part.file,) if part.file else ()), part.values, part.keys)
+    found = files or ((part.file,) if part.file else ())
+    return SpecDocument(part.data, part.file, found, part.values, part.keys, tuple(read), folder)

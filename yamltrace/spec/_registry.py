@@ -88,6 +88,7 @@ class ClassRegistry:
         self._classes: dict[str, type] = {}
         self._plugins: dict[str, list[EntryPoint]] | None = None
         self._cache: dict[tuple[Any, ...], type] = {}
+        self.version = 0  # bumped by every registration change, for caches of what was resolved with it
 
     # -- registration ---------------------------------------------------------------------------------
 
@@ -101,15 +102,20 @@ class ClassRegistry:
             taken_by = self._classes.get(name) or f"plugin {self._plugin_entries()[name][0].value}"
             raise ValueError(f"Class name {name!r} is already registered ({taken_by}); unregister it first.")
         self._classes[name] = cls
-        self._cache.clear()
+        self._changed()
         return cls
 
     def unregister(self, name: str) -> type:
         """Remove a registered name; returns its class. `ValueError` if it is not registered."""
         if name not in self._classes:
             raise ValueError(f"Class name {name!r} is not registered (registered: {sorted(self._classes)}).")
+        cls = self._classes.pop(name)
+        self._changed()
+        return cls
+
+    def _changed(self) -> None:
         self._cache.clear()
-        return self._classes.pop(name)
+        self.version += 1
 
     def get(self, name: str) -> type | None:
         """The class registered (or provided by a plugin) under `name`, or `None`."""

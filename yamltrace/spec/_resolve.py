@@ -15,10 +15,12 @@ from typing import Any
 from torch import nn
 
 from .. import specs
-from .._recorder_fields import RECORDER_FIELDS, default_index
+from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, default_index
 from ..engine import OutputRecorder
 from ..errors import MAX_ISSUES, SpecError, SpecIssue
-from ._reader import DEFAULT_MAX_BYTES, SpecDocument
+from ._interventions import InterventionReader
+from ._load_cache import spec_loads
+from ._reader import DEFAULT_MAX_BYTES, SpecDocument, names_file
 from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
 from ._schema import checked_document
 from ._spec import PatchEntry, Spec, SpecScope
@@ -27,13 +29,19 @@ from ._walk import Section, Site, document_sections, sites
 __all__ = ["load_spec"]
 
 
+def _base_module(model_cls: type, model: Any) -> nn.Module | None:
+    """The module at `base_model_prefix` of an instance (the `LlamaModel` of a `LlamaForCausalLM`), if any."""
+    prefix = getattr(model_cls, "base_model_prefix", None)
+    base = getattr(model, prefix, None) if model is not None and isinstance(prefix, str) and prefix else None
+    return base if isinstance(base, nn.Module) and base is not model else None
+
+
 def _base_model_names(model_cls: type, model: Any) -> set[str]:
     """Class names of the base model a task model is built on: the module at `base_model_prefix` of an
     instance, and for a transformers class, the base model class its config's `model_type` maps to."""
     names: set[str] = set()
-    prefix = getattr(model_cls, "base_model_prefix", None)
-    base = getattr(model, prefix, None) if model is not None and isinstance(prefix, str) and prefix else None
-    if isinstance(base, nn.Module) and base is not model:
+    base = _base_module(model_cls, model)
+    if base is not None:
         names.update(c.__name__ for c in type(base).__mro__)
     model_type = getattr(getattr(model_cls, "config_class", None), "model_type", None)
     if model_cls.__module__.startswith("transformers.") and isinstance(model_type, str):
@@ -86,6 +94,7 @@ class _Resolver:
         outputs = resolved.get("", {})
         scopes = {path: SpecScope(resolved[path], value.get("options", {})) for path, value in data.get("scopes", {}).items()}
         patches = [self.patch(pattern, value) for pattern, value in data.get("patches", {}).items()]
+        interventions = InterventionReader(self.document, self.selector, self.fail).interventions()
         if self.issues:
             raise SpecError(self.issues)
         return Spec(
@@ -96,6 +105,7 @@ class _Resolver:
             model=data.get("model"),
             imports=tuple(data.get("imports", [])),
             scopes=scopes,
+            interventions=interventions,
             locations=self.locations,
         )
 
@@ -145,18 +155,25 @@ class _Resolver:
         classes = [self.resolve(t, (*site.path, "target", i)) for i, t in enumerate(target)]
         return tuple(c for c in classes if c is not None) if all(classes) else None
 
-    def recorder(self, site: Site) -> OutputRecorder | None:
-        """A class reference (default index for its key) or a recorder mapping, as an OutputRecorder."""
+    def recorder(self, site: Site, *, edit: bool = False) -> OutputRecorder | None:
+        """A class reference (default index for its key) or a recorder mapping, as an OutputRecorder; with
+        `edit`, an intervention's selector (its fields only, index 0 by default)."""
         value = site.value if isinstance(site.value, Mapping) else {"target": site.value}
         target = self.targets(site)
         if target is None and "target" in value:
             return None
-        fields = {f.name: value[f.key] for f in RECORDER_FIELDS if f.key in value and f.name != "target_class"}
+        table = EDIT_FIELDS if edit else RECORDER_FIELDS
+        fields = {f.name: value[f.key] for f in table if f.key in value and f.name != "target_class"}
+        index = 0 if edit else default_index(site.key)
         try:
-            return OutputRecorder(target_class=target, **{"index": default_index(site.key), **fields})
+            return OutputRecorder(target_class=target, **{"index": index, **fields})
         except (TypeError, ValueError) as e:
             self.fail(site.path, str(e))
             return None
+
+    def selector(self, site: Site) -> OutputRecorder | None:
+        """An intervention's selector, as the recorder that would capture what it edits."""
+        return self.recorder(site, edit=True)
 
     def patch(self, pattern: str, value: str | dict[str, Any]) -> PatchEntry | None:
         """One patch entry: the replacement must be an nn.Module subclass (patterns are checked with the schema)."""
@@ -190,17 +207,56 @@ def load_spec(
         max_bytes: the largest spec file accepted.
         registry: the class registry to resolve names with (default: the default registry).
 
-    Returns the immutable `Spec` (`outputs`: key -> tuple of `OutputRecorder`; `scopes`; `patches`).
+    Returns the immutable `Spec` (`outputs`: key -> tuple of `OutputRecorder`; `scopes`; `patches`;
+    `interventions`, whose `{tensor: FILE.safetensors:NAME}` values are read from the spec file's folder).
+    A file or `builtin:` name is read and resolved once per content: a later load with the same
+    arguments returns the same `Spec` while its files hold the same bytes (`_load_cache`).
     Raises `SpecError` with every problem (schema, unknown classes with the closest names, imports
-    refused without `trust_imports`, bad patterns, a `model:` mismatch), each located.
+    refused without `trust_imports`, bad patterns, a `model:` mismatch, tensor files missing, unsafe or
+    over their caps), each located.
     """
     if isinstance(source, Spec):
         return source
+    registry = registry or default_registry
+    key = _load_key(source, trust_imports, for_model, max_bytes, registry)
+    if key is not None:
+        kept = spec_loads.get(key)
+        if kept is not None:
+            return kept  # type: ignore[no-any-return]
     if isinstance(source, str) and source.startswith(specs.PREFIX):
         # A shipped spec (yamltrace's own file): the transformers modules it names may be imported.
         source, trust_imports = specs.path(source), True
     document, issues = checked_document(source, max_bytes=max_bytes)
     policy = ImportPolicy.for_model(for_model, trust=trust_imports)
-    resolver = _Resolver(document, registry or default_registry, policy, for_model)
+    resolver = _Resolver(document, registry, policy, for_model)
     resolver.issues.extend(issues)  # reserved keys, recorder fields, patch keys: reported with the rest
-    return resolver.spec()
+    spec = resolver.spec()
+    if key is not None and not spec.interventions:  # (an intervention's values may come from other files)
+        spec_loads.put(key, document, spec, _classes(spec), refers_to=registry)
+    return spec
+
+
+def _load_key(source: Any, trust_imports: bool, for_model: Any, max_bytes: int, registry: ClassRegistry) -> Any:
+    """What a load of a spec file (a path or `builtin:NAME`) depends on besides the files it reads
+    (`_load_cache`): the name, import consent, the model's class and base model, the byte cap and the
+    registry's state. None for other sources (text, bytes, a mapping), which are not kept."""
+    if isinstance(source, str):
+        if not (source.startswith(specs.PREFIX) or names_file(source)):
+            return None
+        name = source
+    elif isinstance(source, os.PathLike):
+        name = os.fsdecode(os.fspath(source))
+    else:
+        return None
+    model: Any = None
+    if for_model is not None:
+        model_cls = for_model if isinstance(for_model, type) else type(for_model)
+        base = None if isinstance(for_model, type) else _base_module(model_cls, for_model)
+        model = (model_cls, None if base is None else type(base))
+    return (name, trust_imports, model, max_bytes, id(registry), registry.version)
+
+
+def _classes(spec: Spec) -> list[type]:
+    """Every class a resolved spec names: recorder targets (root and scopes) and patch replacements."""
+    found = [cls for section in spec.sections() for rs in section.outputs.values() for r in rs for cls in r.target_classes]
+    return found + [entry.replacement for entry in spec.patches]

@@ -146,6 +146,7 @@ class Part:
     values: dict[Path_, Location] = field(default_factory=dict)
     keys: dict[Path_, Location] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
+    raw: bytes | None = None  # the bytes parsed, for a part read from a file (`read_file`)
 
     def where(self, mark: yaml.Mark) -> Location:
         return Location(self.file, mark.line + 1, mark.column + 1, self.chain)
@@ -265,6 +266,8 @@ def _parse(text: str, file: str | None, chain: tuple[str, ...], budget: Budget |
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         message = e.problem or e.context or "invalid YAML"
+        if e.problem and "'\\t'" in e.problem:  # PyYAML writes the tab as its repr, '\t'
+            message = "a tab character cannot start a token (YAML indents with spaces); replace the tab with spaces"
         if e.context and e.problem:
             message += f" ({e.context})"
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
@@ -322,4 +325,6 @@ def read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...], b
         raise fail("not a regular file; a spec must be a YAML file")
     if info.st_size > max_bytes or len(raw) > max_bytes:
         raise _too_big(max_bytes, display, chain)
-    return read_text(raw, max_bytes, display, chain, budget)
+    part = read_text(raw, max_bytes, display, chain, budget)
+    part.raw = raw
+    return part

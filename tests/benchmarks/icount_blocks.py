@@ -1,0 +1,161 @@
+"""Instructions of one `trace` block per forward (`make bench-icount`), the way people use `trace`.
+
+`python tests/benchmarks/icount_blocks.py [--layers 8 32] [--n 4]` re-runs itself under callgrind with
+the counting helpers of `icount.py` (same method: client requests, one process per layer count, a
+call's cost as the difference of two counts). On the tiny `LlamaModel` with no decorator (`raw`):
+
+- the forward alone;
+- forward hooks on the modules the model's own map hooks (its decoder layers and attention modules),
+  appending what the recorder keeps (`output[index]`), registered before and removed after each
+  forward: the baseline of the target (one block per forward adds at most 0.8 of what they add);
+- `with trace(model, spec): model(ids)` for each way of naming the same recorders: the model's own map
+  (`spec=None`), a dict spec, a spec file, and `builtin:llama` with `outputs=` its two keys;
+- an empty block (`with trace(model): pass`), whose cost is all set-up and tear-down.
+
+The variants are measured in interleaved rounds, each reported as the median of its same-round
+differences with the raw forward. Not collected by pytest; asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import icount  # noqa: E402  (the counting helpers and the driver)
+
+ROUNDS = 3
+_SPEC_FILE = """yamltrace: 1
+imports: [transformers.models.llama.modeling_llama]
+outputs:
+  hidden_states: LlamaDecoderLayer
+  attentions: LlamaAttention
+"""
+
+
+def _hooks(model, plan, ids) -> Callable[[], object]:
+    """A forward with hooks appending what each recorder keeps, registered and removed around it."""
+
+    def call() -> object:
+        store: list = []
+        handles = []
+        for module, _, entries in plan:
+            index = entries[0].source
+
+            def hook(module, args, output, index=index):
+                store.append(output[index] if isinstance(output, tuple) else output)
+
+            handles.append(module.register_forward_hook(hook))
+        try:
+            return model(input_ids=ids)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    return call
+
+
+def variants(model, ids, spec_path: str) -> dict[str, Callable[[], object]]:
+    """Every variant of the section, by name (the raw forward first)."""
+    from transformers.models.llama import modeling_llama as llama
+
+    import yamltrace
+    from yamltrace.engine import normalize_output_map, own_output_map, plan_hooks
+
+    plan = plan_hooks(model, normalize_output_map(own_output_map(model)), nested_maps=True)
+    as_dict = {"hidden_states": llama.LlamaDecoderLayer, "attentions": llama.LlamaAttention}
+
+    def block(spec: object, outputs: list[str] | None = None) -> Callable[[], object]:
+        def call() -> object:
+            with yamltrace.trace(model, spec, outputs=outputs) as captures:
+                model(input_ids=ids)
+            return captures
+
+        return call
+
+    def empty() -> object:
+        with yamltrace.trace(model) as captures:
+            pass
+        return captures
+
+    return {
+        "raw forward": lambda: model(input_ids=ids),
+        f"{len(plan)} forward hooks appending what the recorder keeps, registered and removed around each forward": _hooks(
+            model, plan, ids
+        ),
+        "one trace(model) block per forward": block(None),
+        "one trace(model, dict spec) block per forward": block(as_dict),
+        "one trace(model, spec file) block per forward": block(spec_path),
+        "one trace(model, 'builtin:llama', outputs=2 keys) block per forward": block(
+            "builtin:llama", ["hidden_states", "attentions"]
+        ),
+        "empty trace(model) block, no forward": empty,
+    }
+
+
+def measure(counter: icount.Counter, layers: int) -> dict[str, float]:
+    """Instructions per call of every variant: the raw forward's median, the others' added medians."""
+    import torch
+
+    torch.set_num_threads(1)
+    model = icount._models(layers)["raw"]
+    ids = icount.harness_ids()
+    with tempfile.TemporaryDirectory() as folder:
+        spec_path = os.path.join(folder, "spec.yaml")
+        Path(spec_path).write_text(_SPEC_FILE, encoding="utf-8")
+        calls = variants(model, ids, spec_path)
+        rounds: dict[str, list[float]] = {name: [] for name in calls}
+        with torch.inference_mode():
+            for _ in range(ROUNDS):
+                for name, call in calls.items():
+                    rounds[name].append(counter.per_call(call))
+    raw = rounds.pop("raw forward")
+    figures = {"raw forward": statistics.median(raw)}
+    for name, values in rounds.items():
+        if name.startswith("empty"):
+            figures[name] = statistics.median(values)
+        else:
+            figures[name] = statistics.median(v - r for v, r in zip(values, raw))
+    return figures
+
+
+def report(layers: int, figures: dict[str, float], counter: icount.Counter) -> str:
+    raw = figures["raw forward"]
+    hooks = next(value for name, value in figures.items() if "forward hooks" in name)
+    lines = [
+        f"\n## One trace block per forward, LlamaModel, {layers} layers (instructions; N={counter.n}, k={counter.k}, "
+        f"{ROUNDS} rounds)\n",
+        "| variant | added per forward | ÷ raw forward | ÷ hooks' added |",
+        "|---|---|---|---|",
+        f"| raw forward | {raw:,.0f} (the forward) | | |",
+    ]
+    for name, value in figures.items():
+        if name == "raw forward":
+            continue
+        ratio = "" if name.startswith("empty") else f"{value / hooks:.3f}"
+        lines.append(f"| {name} | {value:+,.0f} | {value / raw:.4f} | {ratio} |")
+    lines.append("\n(the empty block's figure is its whole cost; targets: block ÷ hooks ≤ 0.8, empty ÷ raw ≤ 0.02)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--k", type=int, default=1)
+    args = parser.parse_args(argv)
+    counter = icount.worker_counter(args.n, args.k)
+    if counter is not None:
+        (layers,) = args.layers
+        print(report(layers, measure(counter, layers), counter), flush=True)
+        return 0
+    return icount.run_workers(__file__, args.layers, args.n, args.k)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
