@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any, Union
 
 from torch import nn
 
 from ._captures import Captures
-from ._trace_checks import check_patches, check_recorders, retarget_to_patches, warn_no_tensor
-from .engine import TracePlan, TraceRun, attached_spec, decorated_paths, normalized_tasks, own_output_map, plan_trace, unwrap
+from ._trace_checks import check_patches, check_recorders, dead_recorders, retarget_to_patches, warn_dead, warn_no_tensor
+from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
 from .engine import TraceScope as _Scope
+from .engine import plan_trace, unwrap
+from .errors import SpecError
 from .spec import Spec, load_spec
+from .spec._patch_rule import model_device, model_swaps
 
 __all__ = ["trace", "plan", "Captures", "SpecLike"]
 
@@ -102,18 +105,61 @@ def plan(
     selections of each scope (`engine.TracePlan`). Raises what `trace` raises before its block runs.
 
     `model` is the module inside any DDP, FSDP or torch.compile wrapper (`trace` unwraps it first).
+    The plan is kept on the model: called again with the same arguments on an unchanged model, it
+    returns the same plan (`engine._plan_cache` says what "unchanged" covers).
     """
-    scopes, explicit = _resolve(model, spec, strict)
-    planned = plan_trace(model, scopes, outputs)
-    if explicit is not None:
-        # Every recorder is checked, or with `outputs` those of the chosen keys.
-        wanted = {output.name for output in planned.outputs}
+    return _kept(model, spec, outputs, strict).plan
 
-        def checked(path: str, key: str) -> bool:
-            return outputs is None or planned.names.get((path, key)) in wanted
 
-        check_recorders(model, explicit, {s.path: s.module for s in scopes}, strict=strict, checked=checked)
-    return planned
+def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] | None, strict: bool) -> KeptPlan:
+    """The plan of `plan(...)`: the one kept on the model for these arguments, else planned now and kept."""
+    if outputs is not None and not isinstance(outputs, str):
+        outputs = tuple(outputs)
+    if isinstance(spec, (str, os.PathLike)):
+        spec = load_spec(spec, for_model=model)  # (the same Spec while the file is unchanged)
+    key, refers_to = _plan_key(model, spec, outputs, strict)
+    kept = None if key is None else kept_plan(model, key)
+    if kept is None:
+        scopes, explicit = _resolve(model, spec, strict)
+        planned = plan_trace(model, scopes, outputs)
+        dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, planned, outputs, strict)
+        kept = keep_plan(model, key, refers_to, planned, scopes, dead)
+    if kept.warnings:
+        warn_dead(kept.warnings)
+    return kept
+
+
+def _dead_recorders(
+    model: nn.Module, spec: Spec, scopes: list[_Scope], planned: TracePlan, outputs: str | Iterable[str] | None, strict: bool
+) -> list[Any]:
+    """The dead recorders of an explicit spec (a `SpecError` with `strict`): every recorder is checked,
+    or with `outputs` those of the chosen keys."""
+    wanted = {output.name for output in planned.outputs}
+
+    def checked(path: str, key: str) -> bool:
+        return outputs is None or planned.names.get((path, key)) in wanted
+
+    issues = dead_recorders(model, spec, {s.path: s.module for s in scopes}, checked=checked)
+    if issues and strict:
+        raise SpecError(issues)
+    return issues
+
+
+def _plan_key(model: nn.Module, spec: Spec | Mapping[str, Any] | None, outputs: Any, strict: bool) -> tuple[Hashable, Any]:
+    """What a block's plan is built from besides the model's structure and configs (`engine._plan_cache`),
+    and the object the key names by identity; (None, None) for an argument `plan` refuses."""
+    if spec is None:
+        attached = attached_spec(model)
+        what: Hashable = ("model", normalized_tasks(_map_of(model)), id(attached))
+        refers_to, patches = attached, attached is not None and bool(attached.patches)
+    elif isinstance(spec, Spec):
+        what, refers_to, patches = ("spec", id(spec)), spec, bool(spec.patches)
+    elif isinstance(spec, Mapping):
+        what, refers_to, patches = ("dict", normalized_tasks(spec)), None, False
+    else:
+        return None, None
+    device = model_device(model) if patches else None
+    return (what, tuple(model_swaps(model).items()), device, outputs, strict), refers_to
 
 
 @contextlib.contextmanager
@@ -163,9 +209,13 @@ def trace(
     """
     # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
     outer, model = model, unwrap(model)
-    run = TraceRun(plan(model, spec, outputs=outputs, strict=strict))
-    with contextlib.ExitStack() as stack:
-        run.start(stack, outer)
-        yield Captures(run.lists, run.ends, run.paths)
-    if run.ends:
-        warn_no_tensor(model, run.silent_outputs())
+    kept = _kept(model, spec, outputs, strict)
+    run = kept.run()
+    try:
+        with contextlib.ExitStack() as stack:
+            run.start(stack, outer)
+            yield Captures(run.lists, run.ends, run.paths)
+        if run.ends:
+            warn_no_tensor(model, run.silent_outputs())
+    finally:
+        kept.release(run)

@@ -4,7 +4,8 @@ Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules,
 `_collector` (what the hooks record, via `_intercept`, and which collector records a call) ->
 `_session` (sessions in this context, flags, the tie-last rule) -> `_held` (hooks a decorated model
 keeps between capturing forwards) -> `_scopes` (which submodules keep their own captures, where they
-tie) -> `_trace_plan` / `_trace_run` (a `trace` block's plan, then its run); `_wrappers` sees
+tie) -> `_trace_plan` / `_trace_run` (a `trace` block's plan, then its run) -> `_plan_cache` (plans
+and runs kept on the model for the next block); `_wrappers` sees
 through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest of the package uses.
 """
 
@@ -13,6 +14,7 @@ from ._collector import Collector
 from ._edit import OPERATIONS, Intervention, RuntimeValue
 from ._held import hold_hooks, release_hooks
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
+from ._plan_cache import KeptPlan, forget_plans, keep_plan, kept_plan
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
 from ._scopes import decorated_paths, is_under, scope_modules
 from ._selection import position_counter, resolve_selections
@@ -37,6 +39,7 @@ __all__ = [
     "CaptureMap",
     "Collector",
     "Intervention",
+    "KeptPlan",
     "OPERATIONS",
     "RuntimeValue",
     "NO_CAPTURE",
@@ -51,9 +54,12 @@ __all__ = [
     "decorated_paths",
     "decorator_tie_last",
     "default_index",
+    "forget_plans",
     "hold_hooks",
     "invalidate",
     "is_under",
+    "keep_plan",
+    "kept_plan",
     "normalize_output_map",
     "normalized_tasks",
     "own_output_map",

@@ -111,13 +111,20 @@ class Interception:
     """Listeners and frames installed together on several modules; `remove()` takes them all off
     (idempotent)."""
 
-    __slots__ = ("_installed", "_dicts", "_forwards")
+    __slots__ = ("_installed", "_dicts", "_forwards", "_given")
 
-    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, tuple[Any, Any], bool]]) -> None:
+    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, tuple[Any, Any], bool]], given: Any = ((), ())) -> None:
         self._installed = installed  # (module, its interceptor, the listener or frame, is a frame)
         # Each module's `__dict__` and the `forward` it held once installed (for `intact`).
         self._dicts = [module.__dict__ for module, _, _, _ in installed]
         self._forwards = list(map(dict.get, self._dicts, repeat(_FORWARD)))
+        self._given = given  # the items and frames `intercept` was given (for `again`)
+
+    def again(self) -> Interception:
+        """The same listeners and frames installed anew, as `intercept` installed them (this one is
+        removed first): a `trace` run kept for its plan installs the same ones for each block."""
+        self.remove()
+        return intercept(*self._given)
 
     def intact(self) -> bool:
         """Whether every intercepted module still calls its interceptor: no `forward` has been set on
@@ -171,6 +178,7 @@ def intercept(
     """For each `(module, listener, context)`, call `listener(context, args, kwargs, output)` after each
     call of the module's forward, and around it each frame `(module, enter, exit)` (module docstring),
     until the returned `Interception` is removed. One lock for all."""
+    items, frames = tuple(items), tuple(frames)
     installed: list[tuple[nn.Module, _Interceptor, tuple[Any, Any], bool]] = []
     with _lock:
         for module, listener, context in items:
@@ -183,7 +191,7 @@ def intercept(
             entry = (enter, exit)
             interceptor.frames = interceptor.frames + (entry,)
             installed.append((module, interceptor, entry, True))
-    return Interception(installed)
+    return Interception(installed, (items, frames))
 
 
 def _interceptor_on(module: nn.Module) -> _Interceptor:
