@@ -55,7 +55,31 @@ class Reference:
 
     def ref(self, node: dict[str, Any]) -> str | None:
         target = node.get("$ref", "")
-        return target.rsplit("/", 1)[-1] if target.startswith("#/$defs/") else None
+        name = target.removeprefix("#/$defs/")
+        return name if target.startswith("#/$defs/") and "/" not in name else None
+
+    def deref(self, node: dict[str, Any]) -> dict[str, Any]:
+        """A property written as a `$ref` to another mapping's property (`#/$defs/X/properties/Y`): that
+        property, with the keywords written beside the `$ref` (a description of its own) over it."""
+        target = node.get("$ref", "")
+        if not target.startswith("#/$defs/") or self.ref(node):
+            return node
+        found: Any = self.schema
+        for part in target.removeprefix("#/").split("/"):
+            found = found[part]
+        return {**found, **{k: v for k, v in node.items() if k != "$ref"}}
+
+    def rules(self, node: dict[str, Any]) -> list[str]:
+        """The messages of a mapping's oneOf / anyOf rules: its own, those of the rule defs and `then` parts of its allOf."""
+        found = []
+        for part in [node, *node.get("allOf", [])]:
+            part = self.defs.get(self.ref(part) or "", part)
+            for holder in (part, part.get("then", {})):
+                for keyword in ("oneOf", "anyOf"):
+                    message = holder.get("errorMessage", {}).get(keyword)
+                    if holder.get(keyword) and message:
+                        found.append(message)
+        return found
 
     def link(self, name: str) -> str:
         title = self.defs[name].get("title", name)
@@ -147,6 +171,7 @@ class Reference:
         required = set(node.get("required", []))
         self.lines += ["| key | type | required | default |", "|---|---|---|---|"]
         for name, prop in node["properties"].items():
+            prop = self.deref(prop)
             nested = f"{section}-{anchor(name)}-keys" if "properties" in prop else None
             cells = [
                 f"[`{name}`](#{section}-{anchor(name)})",
@@ -156,10 +181,10 @@ class Reference:
             ]
             self.lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         self.lines.append("")
-        if node.get("oneOf") and node.get("errorMessage", {}).get("oneOf"):
-            self.lines += [f"Rule: {node['errorMessage']['oneOf']}.", ""]
+        for rule in self.rules(node):
+            self.lines += [f"Rule: {rule}.", ""]
         for name, prop in node["properties"].items():
-            self.key(section, name, prop, name in required)
+            self.key(section, name, self.deref(prop), name in required)
 
     def value_type(self, name: str, node: dict[str, Any]) -> None:
         self.lines += [f'<a id="{anchor("type-" + name)}"></a>', f"### {node.get('title', name)}", ""]
@@ -195,7 +220,8 @@ class Reference:
                 self.mapping(anchor("keys-" + name), f"{node.get('title', name)}", node, node.get("description", ""))
         self.lines += ['<a id="value-types"></a>', "## Value types", ""]
         for name, node in self.defs.items():
-            self.value_type(name, node)
+            if "type" in node or "properties" in node:  # a def of rules alone is shown as the rules of its mappings
+                self.value_type(name, node)
         return "\n".join(self.lines).rstrip("\n") + "\n"
 
 

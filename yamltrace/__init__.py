@@ -23,6 +23,8 @@ _EXPORTS = {
     "Captures": ".tracing",
     "OutputRecorder": ".engine",
     "capture_outputs": ".capture",
+    "apply_interventions": ".intervening",
+    "intervene": ".intervening",
     "release_hooks": ".engine",
     "trace": ".tracing",
     # specs
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     from .checkpoint import from_pretrained, save_pretrained
     from .engine import OutputRecorder, release_hooks
     from .extraction import extract, open_activations
+    from .intervening import apply_interventions, intervene
     from .errors import CaptureError, PatchError, PatchProblem, SpecError, SpecIssue, YamltraceError
     from .modeling import ModelOutput, PreTrainedModel, merge_with_config_defaults
     from .patch import (

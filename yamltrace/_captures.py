@@ -7,7 +7,9 @@ from types import MappingProxyType
 from typing import Any
 
 import torch
+from torch import nn
 
+from .engine import head_count
 from .errors import did_you_mean
 
 __all__ = ["Captures"]
@@ -18,10 +20,18 @@ class Captures(Mapping[str, tuple[Any, ...]]):
 
     `steps` holds one read-only mapping per finished call of the traced module, in call order. Each
     value knows the module it came from: `paths(key)` lists their dotted paths beside `self[key]`,
-    `by_path(key)` maps path -> value, and `stack(key)` stacks a key's tensors into one.
+    `by_path(key)` maps path -> value, `stack(key)` stacks a key's tensors into one, and
+    `cat_steps(key)` joins every step's value of each module along the sequence (a `generate` call),
+    and `split_heads(key)` gives heads their own dimension (`attention_heads`).
     """
 
-    def __init__(self, lists: dict[str, list[Any]], ends: list[tuple[int, ...]], paths: dict[str, list[str]]) -> None:
+    def __init__(
+        self,
+        lists: dict[str, list[Any]],
+        ends: list[tuple[int, ...]],
+        paths: dict[str, list[str]],
+        model: nn.Module | None = None,
+    ) -> None:
         # The trace's flat lists (values, and the path of each), and where each finished step ends in
         # them (a step in progress or one that failed is not visible). All are only ever changed in
         # place by the trace's hooks.
@@ -29,6 +39,7 @@ class Captures(Mapping[str, tuple[Any, ...]]):
         self._lists = lists
         self._paths = paths
         self._ends = ends
+        self._model = model  # the traced module, whose submodules `split_heads` asks for head counts
 
     @property
     def steps(self) -> tuple[Mapping[str, tuple[Any, ...]], ...]:
@@ -71,7 +82,11 @@ class Captures(Mapping[str, tuple[Any, ...]]):
         the step (a shared layer) has no single value: that raises ValueError; use `self[key]` and
         `paths(key)` then.
         """
-        step = self._only_step(key, step, "by_path")
+        return self._by_path(key, step, "by_path")
+
+    def _by_path(self, key: str, step: int | None, method: str) -> dict[str, Any]:
+        """`by_path`, its errors naming `method` (the public call that was made)."""
+        step = self._only_step(key, step, method)
         start, end = self._span(key, step)
         found: dict[str, Any] = {}
         for path, value in zip(self.paths(key, step=step), self._lists[key][start:end]):
@@ -79,7 +94,7 @@ class Captures(Mapping[str, tuple[Any, ...]]):
                 continue
             if path in found:
                 raise ValueError(
-                    f"by_path({key!r}): module {path or '<root>'} produced more than one value in this step "
+                    f"{method}({key!r}): module {path or '<root>'} produced more than one value in this step "
                     f"(a module called more than once); use captures[{key!r}] with captures.paths({key!r})."
                 )
             found[path] = value
@@ -88,7 +103,7 @@ class Captures(Mapping[str, tuple[Any, ...]]):
     def stack(self, key: str, *, step: int | None = None) -> Any:
         """The key's tensors (of one step: pass `step` when there are several) stacked into one tensor
         `[n_values, ...]`, values left out (`None`) skipped; ValueError naming each shape if they differ."""
-        found = self.by_path(key, step=step)
+        found = self._by_path(key, step, "stack")
         tensors = list(found.values())
         if not tensors:
             raise ValueError(f"stack({key!r}): nothing was captured for {key!r}.")
@@ -104,9 +119,75 @@ class Captures(Mapping[str, tuple[Any, ...]]):
     def _only_step(self, key: str, step: int | None, method: str) -> int | None:
         if step is None and len(self._ends) > 1:
             raise ValueError(
-                f"{method}({key!r}): the trace has {len(self._ends)} steps; pass step=i (an index into captures.steps)."
+                f"{method}({key!r}): the trace has {len(self._ends)} steps; pass step=i (an index into captures.steps), "
+                f"or join the steps along the sequence with cat_steps({key!r})."
             )
         return step
+
+    def cat_steps(self, key: str, *, dim: int = 1) -> tuple[Any, ...]:
+        """One value per module of a step, each module's values of every step concatenated along `dim`.
+
+        For `generate`, each forward is a step: the prefill sees the prompt (`seq` = n), each decode
+        step one new token (`seq` = 1), so with the default `dim=1` (`[batch, seq, ...]`) each layer's
+        hidden states come back as one `[batch, n + steps - 1, ...]` tensor, in the order of
+        `steps[0][key]`. Every step must hold the same modules in the same order; a value left out
+        (`None`, by `layers`) stays `None`. ValueError naming the step, module and shapes when they do
+        not join: tensors whose other dimensions grow too (attention weights `[batch, heads, query,
+        key]`: the key length grows by one per step) cannot be concatenated.
+        """
+        if not self._ends:
+            raise ValueError(f"cat_steps({key!r}): the trace has no finished step.")
+        steps = [(self.paths(key, step=i), self._values(key, i)) for i in range(len(self._ends))]
+        first_paths, first_values = steps[0]
+        joined: list[Any] = []
+        for position, path in enumerate(first_paths):
+            where = f"cat_steps({key!r}): module {path or '<root>'} (value {position})"
+            values = []
+            for number, (paths, step_values) in enumerate(steps):
+                if paths != first_paths:
+                    raise ValueError(
+                        f"cat_steps({key!r}): step {number} captured modules {list(paths)[:8]}, step 0 {list(first_paths)[:8]}; "
+                        "every step must record the same modules (read captures.steps one by one instead)."
+                    )
+                values.append(step_values[position])
+            joined.append(_joined(where, values, dim))
+        return tuple(joined)
+
+    def split_heads(self, key: str, *, step: int | None = None, heads: int | None = None) -> tuple[Any, ...]:
+        """`self[key]` (one step's values with `step`) with the last dimension split into heads:
+        `[batch, seq, heads * head_dim]` -> `[batch, seq, heads, head_dim]`, a view (a copy only where the
+        last dimension is not contiguous in memory).
+
+        For `attention_heads` (the input of the attention output projection, every head's result side
+        by side). The head count is the captured module's own: the nearest module on its path that
+        says (an attention module's `num_heads` or `head_dim`, else a model's
+        `config.num_attention_heads`), so each tower of a composite splits by its own; `heads=N`
+        overrides it. Values left out (`None`) stay `None`; ValueError naming the module when its
+        count is unknown or does not divide the last dimension.
+        """
+        start, end = self._span(key, step)
+        split: list[Any] = []
+        for path, value in zip(self.paths(key, step=step), self._lists[key][start:end]):
+            if value is None:
+                split.append(None)
+                continue
+            where = f"split_heads({key!r}): module {path or '<root>'}"
+            if not isinstance(value, torch.Tensor) or value.dim() == 0:
+                raise ValueError(f"{where} captured {type(value).__name__}, not a tensor with a last dimension to split.")
+            width = value.shape[-1]
+            count = heads
+            if count is None and self._model is not None:
+                count = head_count(self._model, path, width)
+            if count is None:
+                raise ValueError(f"{where}: no module on its path says how many heads it has; pass heads=N.")
+            if count <= 0 or width % count:
+                raise ValueError(f"{where}: a last dimension of {width} does not split into {count} heads; pass heads=N.")
+            split.append(value.reshape(*value.shape[:-1], count, width // count))
+        return tuple(split)
+
+    def _values(self, key: str, step: int) -> list[Any]:
+        start, end = self._span(key, step)
+        return self._lists[key][start:end]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
@@ -117,3 +198,25 @@ class Captures(Mapping[str, tuple[Any, ...]]):
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}: {len(self[k])}" for k in self._keys)
         return f"Captures({len(self._ends)} step(s); {counts})"
+
+
+def _joined(where: str, values: list[Any], dim: int) -> Any:
+    """`values` (one module's value of each step) concatenated along `dim`; None when all are None."""
+    if all(value is None for value in values):
+        return None
+    for number, value in enumerate(values):
+        if not isinstance(value, torch.Tensor):
+            kind = "nothing (None)" if value is None else f"a {type(value).__name__}"
+            raise ValueError(f"{where}: step {number} captured {kind}, not a tensor; only tensors can be joined.")
+    shapes = [tuple(value.shape) for value in values]
+    ndim = len(shapes[0])
+    if not -ndim <= dim < ndim or any(len(shape) != ndim for shape in shapes):
+        raise ValueError(f"{where}: cannot join shapes {shapes[:4]} along dim {dim}; pass the sequence dimension as dim=.")
+    axis = dim % ndim
+    for number, shape in enumerate(shapes):
+        if shape[:axis] + shape[axis + 1 :] != shapes[0][:axis] + shapes[0][axis + 1 :]:
+            raise ValueError(
+                f"{where}: step {number} has shape {shape}, step 0 {shapes[0]}: they differ outside dim {dim}, so they do "
+                "not join along it (attention weights grow along the key too); read captures.steps one by one."
+            )
+    return torch.cat(values, dim=axis)

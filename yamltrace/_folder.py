@@ -221,9 +221,11 @@ def _depth(brackets: bytes) -> int:
     return max(itertools.accumulate(map(operator.sub, brackets, itertools.repeat(1))), default=0)
 
 
-def safetensors_header(folder: str | os.PathLike[str], name: str, *, what: str = "safetensors file") -> dict[str, Any]:
+def safetensors_header(
+    folder: str | os.PathLike[str], name: str, *, what: str = "safetensors file", max_header_bytes: int = MAX_HEADER_BYTES
+) -> dict[str, Any]:
     """The JSON header of the safetensors file `folder/name` (its 8-byte length checked against
-    `MAX_HEADER_BYTES` and the file's size first), read under the folder rule; `safe_open` may follow."""
+    `max_header_bytes` and the file's size first), read under the folder rule; `safe_open` may follow."""
     path = _checked(Path(folder), bare_name(name, what=what), what)
     with _open(path, what) as f:
         size = os.fstat(f.fileno()).st_size
@@ -231,8 +233,8 @@ def safetensors_header(folder: str | os.PathLike[str], name: str, *, what: str =
         length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
         if length < 0 or length + 8 > size:
             raise FolderError(f"{path}: the {what} is cut short or not a safetensors file (its header length does not fit)")
-        if length > MAX_HEADER_BYTES:
-            raise FolderError(_too_big(path, f"{what}'s header", length, MAX_HEADER_BYTES))
+        if length > max_header_bytes:
+            raise FolderError(_too_big(path, f"{what}'s header", length, max_header_bytes))
         data = f.read(length)
     header = parse_json(data, path, f"{what}'s header")
     if not isinstance(header, dict) or not isinstance(header.get("__metadata__", {}), dict):

@@ -14,19 +14,24 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "CHECKED_FIELDS",
+    "EDIT_FIELDS",
     "MAX_POSITION",
     "MAX_RECORDER_INDEX",
     "MAX_SEQ_DIM",
+    "PADDING_POSITIONS",
     "RECORDER_FIELDS",
     "RecorderField",
     "default_index",
     "field_default",
+    "positions_text_problem",
     "slice_problem",
 ]
 
 MAX_RECORDER_INDEX = 1 << 16  # |index|, |layers[i]| and input positions of a recorder
 MAX_POSITION = 1 << 31  # |token position| (and slice bound or step): longer than any sequence a model takes
 MAX_SEQ_DIM = 64  # |seq_dim|: torch tensors have fewer dimensions
+# The padding-aware `positions`: each row's last (first) position that the attention mask marks real.
+PADDING_POSITIONS = ("last", "first")
 
 # A slice written as text: "start:stop" or "start:stop:step", each part an optional integer; nothing
 # else (no spaces, no line break before the end: `\Z`, not `$`).
@@ -114,9 +119,21 @@ def slice_problem(text: str) -> str | None:
     return None
 
 
+def positions_text_problem(text: str) -> str | None:
+    """Why `text` is neither a padding-aware position (`last`, `first`) nor a slice a capture can take, or None."""
+    if text in PADDING_POSITIONS:
+        return None
+    if ":" not in text and len(text) <= 40:
+        return (
+            f"{text!r} is not a slice, nor last or first; write last or first (each row's last or first position "
+            "that the attention mask marks real), or a slice like '-8:'"
+        )
+    return slice_problem(text)
+
+
 def _positions(value: list[Any] | str) -> Problems:
     if isinstance(value, str):
-        problem = slice_problem(value)
+        problem = positions_text_problem(value)
         if problem is not None:
             yield (), problem
         return
@@ -128,6 +145,11 @@ def _positions(value: list[Any] | str) -> Problems:
 def _seq_dim(value: int) -> Problems:
     if not -MAX_SEQ_DIM <= value < MAX_SEQ_DIM:
         yield (), f"seq_dim {value} is no tensor dimension; use -{MAX_SEQ_DIM} .. {MAX_SEQ_DIM - 1}"
+
+
+def _mask(value: str) -> Problems:
+    if not value.isidentifier():
+        yield (), f"mask {value!r} is not an argument name; write the root forward's argument, such as attention_mask"
 
 
 def _positions_data(value: tuple[int, ...] | str) -> list[int] | str:
@@ -155,11 +177,21 @@ RECORDER_FIELDS: tuple[RecorderField, ...] = (
     RecorderField("positions", "positions", (list, str), None, _positions, _positions_data),
     RecorderField("seq_dim", "seq_dim", (int,), 1, _seq_dim, _same),
     RecorderField("optional", "optional", (bool,), False, _none, _same),
+    RecorderField("mask", "mask", (str,), None, _mask, _same),
 )
 
 _BY_NAME: Mapping[str, RecorderField] = {f.name: f for f in RECORDER_FIELDS}
 # The fields whose values have a check beyond their type (what `OutputRecorder` runs on construction).
 CHECKED_FIELDS: tuple[RecorderField, ...] = tuple(f for f in RECORDER_FIELDS if f.check is not _none)
+
+
+# The fields an intervention selects with (docs/interventions.md). The others only shape what a capture
+# keeps (detach, to, dtype), excuse a recorder that matches nothing (optional; `intervene(strict=False)`
+# is the edits' leniency), add the initial hidden state to a capture, or name the attention mask of the
+# padding-aware positions (`PADDING_POSITIONS`), which edits do not take.
+EDIT_FIELDS: tuple[RecorderField, ...] = tuple(
+    f for f in RECORDER_FIELDS if f.name not in {"capture_initial_hidden_state", "detach", "to", "dtype", "optional", "mask"}
+)
 
 
 def field_default(name: str) -> Any:

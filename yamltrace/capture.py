@@ -18,6 +18,7 @@ from torch.compiler import is_compiling
 from .engine import (
     NO_CAPTURE,
     Collector,
+    PaddingWatch,
     Session,
     attached_spec,
     config_attribute,
@@ -28,8 +29,10 @@ from .engine import (
     release_hooks,
     requested_flags,
     resolve_selections,
+    tasks_watch,
     tie_last_enabled,
     tie_last_hidden_state,
+    warning_state,
 )
 
 __all__ = ["capture_outputs"]
@@ -96,19 +99,25 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
             tasks = normalized_tasks(output_map)
             selections = resolve_selections(tasks, flags, flags.get("hidden_states"), position_counter(config))
             session = Session(Collector(flags, selections), block=False)
-            hooks = hold_hooks(self, tasks, flags, session)  # kept until a forward without capture
-            token = session.enter()
+            padding = tasks_watch(tasks)  # None unless a recorder keeps positions (engine/_padding)
+            call = None if padding is None else padding.enter(self, args, kwargs, warning_state(self))
             try:
-                outputs = forward(self, *args, **kwargs)
-            finally:
-                session.exit(token)
-                hooks.finish(session)
+                hooks = hold_hooks(self, tasks, flags, session)  # kept until a forward without capture
+                token = session.enter()
+                try:
+                    outputs = forward(self, *args, **kwargs)
+                finally:
+                    session.exit(token)
+                    hooks.finish(session)
 
-            collector = session.collector
-            for key, values in collector.lists.items():
-                if key == "hidden_states" and tie_last_enabled(config, _spec_options(self), tie_last_hidden_states):
-                    tie_last_hidden_state(values, outputs, collector.last_transform.get(key))
-                outputs[key] = tuple(values)
+                collector = session.collector
+                for key, values in collector.lists.items():
+                    if key == "hidden_states" and tie_last_enabled(config, _spec_options(self), tie_last_hidden_states):
+                        tie_last_hidden_state(values, outputs, collector.last_transform.get(key))
+                    outputs[key] = tuple(values)
+            finally:
+                if call is not None:
+                    PaddingWatch.exit(call)
             return outputs.to_tuple() if return_dict is False else outputs
 
         # Read by engine/_session (the tie-last rule) to find the decorated forward's own setting.

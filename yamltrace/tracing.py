@@ -16,23 +16,23 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from typing import Any, Union
+from typing import Any
 
 from torch import nn
 
 from ._captures import Captures
-from ._trace_checks import check_patches, check_recorders, dead_recorders, retarget_to_patches, warn_dead, warn_no_tensor
+from ._spec_arg import SpecLike, as_spec
+from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
+from ._trace_checks import warn_dead, warn_no_tensor
 from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
 from .engine import TraceScope as _Scope
 from .engine import plan_trace, unwrap
 from .errors import SpecError
+from .intervening import planned_edits, start_edits
 from .spec import Spec, load_spec
 from .spec._patch_rule import model_device, model_swaps
 
 __all__ = ["trace", "plan", "Captures", "SpecLike"]
-
-# What `trace` takes as a spec: a Spec, a spec file, or a `_can_record_outputs`-style dict.
-SpecLike = Union[Spec, str, "os.PathLike[str]", Mapping[str, Any]]
 
 
 def _model_scopes(model: nn.Module) -> list[_Scope]:
@@ -85,14 +85,7 @@ def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[lis
         # from_pretrained set the attached spec's top-level map on the instance, retargeted to patched
         # classes, and applied its patches: its scopes are retargeted the same way here.
         return _spec_scopes(model, retarget_to_patches(model, attached), normalized_tasks(_map_of(model)), strict=False), None
-    if isinstance(spec, (str, os.PathLike)):
-        spec = load_spec(spec, for_model=model)
-    elif isinstance(spec, Mapping) and not isinstance(spec, Spec):
-        spec = Spec(outputs=spec)
-    if not isinstance(spec, Spec):
-        raise TypeError(f"trace() takes a Spec, a spec path or a capture dict, got {type(spec).__name__}.")
-    check_patches(model, spec)
-    spec = retarget_to_patches(model, spec)
+    spec = as_spec(model, spec)
     root_tasks = tuple((key, r) for key, recorders in spec.outputs.items() for r in recorders)
     return _spec_scopes(model, spec, root_tasks, strict), spec
 
@@ -112,7 +105,8 @@ def plan(
 
 
 def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] | None, strict: bool) -> KeptPlan:
-    """The plan of `plan(...)`: the one kept on the model for these arguments, else planned now and kept."""
+    """The plan of `plan(...)` and its explicit spec: the ones kept on the model for these arguments,
+    else planned now and kept. What planning warns about, it warns about for every block."""
     if outputs is not None and not isinstance(outputs, str):
         outputs = tuple(outputs)
     if isinstance(spec, (str, os.PathLike)):
@@ -123,9 +117,13 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
         scopes, explicit = _resolve(model, spec, strict)
         planned = plan_trace(model, scopes, outputs)
         dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, planned, outputs, strict)
-        kept = keep_plan(model, key, refers_to, planned, scopes, dead)
-    if kept.warnings:
-        warn_dead(kept.warnings)
+        weights = [] if explicit is None else attention_weight_issues(model, explicit)
+        kept = keep_plan(model, key, refers_to, planned, scopes, (dead, weights), explicit)
+    dead, weights = kept.warnings
+    if dead:
+        warn_dead(dead)
+    if weights:
+        warn_attention_weights(model, kept.spec, stacklevel=4, issues=weights)  # above _kept: trace, contextlib, the caller
     return kept
 
 
@@ -145,21 +143,25 @@ def _dead_recorders(
     return issues
 
 
-def _plan_key(model: nn.Module, spec: Spec | Mapping[str, Any] | None, outputs: Any, strict: bool) -> tuple[Hashable, Any]:
+def _plan_key(model: nn.Module, spec: Any, outputs: Any, strict: bool) -> tuple[Hashable, Any]:
     """What a block's plan is built from besides the model's structure and configs (`engine._plan_cache`),
-    and the object the key names by identity; (None, None) for an argument `plan` refuses."""
+    and the object the key names by identity; (None, None) for what is planned every time (a spec
+    document given as a mapping, an argument `plan` refuses)."""
     if spec is None:
         attached = attached_spec(model)
         what: Hashable = ("model", normalized_tasks(_map_of(model)), id(attached))
         refers_to, patches = attached, attached is not None and bool(attached.patches)
     elif isinstance(spec, Spec):
         what, refers_to, patches = ("spec", id(spec)), spec, bool(spec.patches)
-    elif isinstance(spec, Mapping):
+    elif isinstance(spec, Mapping) and "yamltrace" not in spec and "interventions" not in spec:
         what, refers_to, patches = ("dict", normalized_tasks(spec)), None, False
     else:
         return None, None
     device = model_device(model) if patches else None
-    return (what, tuple(model_swaps(model).items()), device, outputs, strict), refers_to
+    # The attention implementation the attention-weight check reads (`attention_weight_issues`), as set
+    # on the model's config (`model.config._attn_implementation`, `set_attn_implementation`).
+    attention = getattr(model.__dict__.get("config"), "_attn_implementation", None)
+    return (what, tuple(model_swaps(model).items()), device, attention, outputs, strict), refers_to
 
 
 @contextlib.contextmanager
@@ -169,6 +171,7 @@ def trace(
     *,
     outputs: str | Iterable[str] | None = None,
     strict: bool = True,
+    values: Mapping[str, Any] | None = None,
 ) -> Iterator[Captures]:
     """Capture the outputs a spec declares while the block runs; yields a read-only `key -> tuple` map.
 
@@ -180,6 +183,7 @@ def trace(
         outputs: the keys to capture (default: every key).
         strict: with an explicit spec, a recorder that matches no module of the model is a `SpecError`
             located at the recorder (unless marked `optional`); `strict=False` makes it a warning.
+        values: the tensors of the spec's `{value: NAME}` interventions, as `intervene` takes them.
 
     Yields:
         `Captures`: a read-only mapping `key -> tuple`, all calls of `model` in the block concatenated
@@ -194,8 +198,9 @@ def trace(
         CaptureError: during the block, a recorder cannot take what it asks for (an index past a
             module's tuple output, token positions out of range).
 
-    Hooks exist only inside the block, record only calls made in the context (thread) that entered it,
-    and are removed even if the block raises. `model` may be the module `torch.compile` returned, or
+    A spec with `interventions` applies them for the block, as `intervene` does: captures record the
+    edited values. Hooks exist only inside the block, record only calls made in the context (thread)
+    that entered it, and are removed even if the block raises. `model` may be the module `torch.compile` returned, or
     the original of a compiled module, before or after its first compiled call (see docs/capture.md).
 
     Example:
@@ -210,11 +215,18 @@ def trace(
     # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
     outer, model = model, unwrap(model)
     kept = _kept(model, spec, outputs, strict)
+    explicit = kept.spec
+    edits = (
+        planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
+        if values or explicit and explicit.interventions
+        else []
+    )
     run = kept.run()
     try:
         with contextlib.ExitStack() as stack:
+            start_edits(stack, edits, run.session)  # edited values are what the block's captures record
             run.start(stack, outer)
-            yield Captures(run.lists, run.ends, run.paths)
+            yield Captures(run.lists, run.ends, run.paths, model)
         if run.ends:
             warn_no_tensor(model, run.silent_outputs())
     finally:

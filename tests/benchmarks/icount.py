@@ -295,10 +295,58 @@ def measure(counter: Counter, layers: int) -> list[tuple[str, str, float, str, f
             added = statistics.median(part(value) - part(raw) for value, raw in zip(values, raw_rounds))
             rows.append((section, name, raw_loop + added, "raw forward, loop", added))
 
+    rows.extend(measure_interventions(counter, model, plan, forward))
+
     # Off again, after every kind of capture ran in this process.
     row("off after captures", "raw forward (no decorator)", lambda: m["raw"](input_ids=ids), None)
     row("off after captures", "yamltrace, capture off", lambda: m["yamltrace"](input_ids=ids), "raw forward (no decorator)")
     return rows
+
+
+EDIT_HOOKS = "forward hooks adding a vector"
+EDIT_OURS = "yamltrace.intervene(model, add: vector)"
+
+
+def measure_interventions(counter: Counter, model, plan, forward) -> list[tuple[str, str, float, str, float]]:
+    """The `interventions` section: one edit (add a vector to every decoder layer's output), as
+    plain forward hooks and as `intervene`, each against the raw loop, in interleaved rounds (the
+    median of same-round differences, as the trace section)."""
+    import torch
+
+    import yamltrace
+    from yamltrace.engine import Intervention, OutputRecorder
+
+    layers = [module for module, path, _ in plan if path.count(".") == 2 and ".layers." in path]
+    vector = torch.randn(model.config.hidden_size)
+    spec = yamltrace.Spec(outputs={}, interventions=[Intervention("steer", OutputRecorder(type(layers[0])), "add", vector)])
+
+    def add(module, args, output):
+        return output + vector
+
+    rounds: dict[str, list[float]] = {}
+    for _ in range(TRACE_ROUNDS):
+        with torch.inference_mode():
+            rounds.setdefault("raw", []).append(counter.per_call(forward))
+            handles = [layer.register_forward_hook(add) for layer in layers]
+            rounds.setdefault(f"{len(layers)} {EDIT_HOOKS}", []).append(counter.per_call(forward))
+            for handle in handles:
+                handle.remove()
+            with yamltrace.intervene(model, spec):
+                rounds.setdefault(EDIT_OURS, []).append(counter.per_call(forward))
+    raw = rounds.pop("raw")
+    raw_loop = statistics.median(raw)
+    rows = [("interventions", "raw forward, loop", raw_loop, "", 0.0)]
+    for name, values in rounds.items():
+        added = statistics.median(value - base for value, base in zip(values, raw))
+        rows.append(("interventions", name, raw_loop + added, "raw forward, loop", added))
+    return rows
+
+
+def intervention_ratio(rows: list) -> str:
+    """The ratio line of the `interventions` section: intervene's added cost over the hooks'."""
+    added = {name: a for section, name, _, _, a in rows if section == "interventions"}
+    hooks = next(a for name, a in added.items() if name.endswith(EDIT_HOOKS))
+    return f"| interventions: yamltrace added / {EDIT_HOOKS} added | {added[EDIT_OURS] / hooks:.3f} | <= 1.0 |"
 
 
 def harness_ids():
@@ -362,6 +410,7 @@ def report(layers: int, rows: list, counter: Counter) -> str:
     lines.append("\n| ratio | value | target |\n|---|---|---|")
     for title, ours, theirs, target in ratios:
         lines.append(f"| {title} | {added[ours] / added[theirs]:.3f} | {target} |")
+    lines.append(intervention_ratio(rows))
     off = rows[[r[:2] for r in rows].index(("off", "yamltrace, capture off"))][2] / raw["off"]
     lines.append(f"| off: yamltrace capture off / raw | {off:.4f} | <= 1.01 |")
     lines.append(f"| off: raw forward after captures - before | {raw['off after captures'] - raw['off']:+,.0f} | ~0 |")

@@ -182,3 +182,57 @@ def test_the_documented_local_pre_commit_hook_runs(clone: tuple[Path, str], proj
     built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, clone[0]], tmp_path)
     assert built.returncode == 0, built.stderr
     _run_pre_commit(config, project, tmp_path, PIP_FIND_LINKS=f"{wheels} {os.environ.get('PIP_FIND_LINKS', '')}".strip())
+
+
+def _extras() -> dict[str, list[Any]]:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    return {name: [Requirement(r) for r in requirements] for name, requirements in extras.items()}
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """`name -> version` of a constraints file and the files it includes with `-c`."""
+    pins: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-c "):
+            pins.update(_pins(path.parent / line[3:].strip()))
+        elif "==" in line:
+            name, version = line.split("==")
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def test_the_hf_extra_installs_what_tokenising_text_needs() -> None:
+    """`yamltrace[hf]`: transformers within the supported range (the `transformers` extra) and tokenizers, both
+    pinned for every environment of the test matrix; the test extra brings it."""
+    extras = _extras()
+    hf = {r.name: r for r in extras["hf"]}
+    assert set(hf) == {"yamltrace", "tokenizers"} and hf["yamltrace"].extras == {"transformers"}
+    assert any(r.name == "yamltrace" and "hf" in r.extras for r in extras["test"])
+    (transformers,) = extras["transformers"]
+    for path in [ROOT / "constraints.txt", *sorted((ROOT / "constraints").glob("transformers-*.txt"))]:
+        pins = _pins(path)
+        assert hf["tokenizers"].specifier.contains(pins["tokenizers"]), path
+        assert transformers.specifier.contains(pins["transformers"]), path
+
+
+def test_the_guide_names_the_hf_extra_where_it_is_needed() -> None:
+    guide = (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
+    intro, step = guide[: guide.index("\n## 1.")], guide[guide.index("\n## 10.") : guide.index("\n## 11.")]
+    for text in (intro, step):
+        assert 'pip install "yamltrace[torch,hf]"' in text
+    assert "from tokenizers import" in step  # the step that needs it
+    assert 'pip install "yamltrace[torch,hf]"' in (ROOT / "docs" / "extract.md").read_text(encoding="utf-8")
+
+
+def test_a_tokenizer_without_transformers_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from yamltrace.errors import ExtractError
+    from yamltrace.extraction._data import load_tokenizer
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
+    with pytest.raises(ExtractError, match=r"needs transformers and tokenizers .*pip install 'yamltrace\[hf\]'"):
+        load_tokenizer(tmp_path)

@@ -104,3 +104,91 @@ def test_unknown_key_and_empty_stack_are_errors(tiny, input_ids) -> None:
         captures.by_path("mpl")
     with pytest.raises(ValueError, match=r"nothing was captured for 'mlp'"):
         captures.stack("mlp")
+
+
+def test_stack_errors_name_stack_and_the_call_that_joins_steps(tiny, input_ids) -> None:
+    with trace(tiny, {"mlp": OutputRecorder(TinyMLP, index=0)}) as captures:
+        tiny(input_ids)
+        tiny(input_ids[:, :1])
+    with pytest.raises(ValueError, match=r"^stack\('mlp'\): the trace has 2 steps; .*cat_steps\('mlp'\)") as raised:
+        captures.stack("mlp")
+    assert "by_path" not in str(raised.value)
+    shared = nn.Linear(3, 3)
+    net = nn.Sequential(shared, nn.ReLU(), shared)
+    with trace(net, {"linear": OutputRecorder(nn.Linear, index=0)}) as captures:
+        net(torch.ones(1, 3))
+    with pytest.raises(ValueError, match=r"^stack\('linear'\): module 0 produced more than one value"):
+        captures.stack("linear")
+
+
+def test_cat_steps_joins_each_modules_steps_along_the_sequence(tiny, input_ids) -> None:
+    spec = {"mlp": OutputRecorder(TinyMLP, index=0, layers=(0, -1)), "attn": OutputRecorder(TinyAttention, index=1)}
+    with trace(tiny, spec) as captures:
+        tiny(input_ids)
+        tiny(input_ids[:, :1])
+        tiny(input_ids[:, :1])
+    joined = captures.cat_steps("mlp")
+    first, second, third = (step["mlp"] for step in captures.steps)
+    assert len(joined) == tiny.config.num_hidden_layers and joined[1] is None and joined[2] is None
+    for i in (0, 3):
+        assert torch.equal(joined[i], torch.cat([first[i], second[i], third[i]], dim=1))
+    assert joined[0].shape == (2, 9, 32)
+    assert torch.equal(captures.cat_steps("mlp", dim=-2)[3], joined[3])
+    with pytest.raises(ValueError, match=r"cat_steps\('attn'\): module layers\.0\.self_attn \(value 0\): step 1 has shape"):
+        captures.cat_steps("attn", dim=2)  # the key length differs between steps
+
+
+class _Skipping(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor, skip: bool = False) -> torch.Tensor:
+        return self.first(x) if skip else self.second(self.first(x))
+
+
+def test_cat_steps_refuses_steps_of_other_modules() -> None:
+    net = _Skipping()
+    with trace(net, {"linear": OutputRecorder(nn.Linear, index=0)}) as captures:
+        net(torch.ones(1, 2, 3))
+        net.second(torch.ones(1, 2, 3))  # outside a call of net: not a step
+    assert torch.equal(captures.cat_steps("linear")[1], captures["linear"][1])
+    with trace(net, {"linear": OutputRecorder(nn.Linear, index=0)}) as captures:
+        net(torch.ones(1, 2, 3))
+        net(torch.ones(1, 1, 3), skip=True)
+    with pytest.raises(ValueError, match=r"step 1 captured modules \['first'\], step 0 \['first', 'second'\]"):
+        captures.cat_steps("linear")
+    with trace(net, {"linear": OutputRecorder(nn.Linear, index=0, layers=(0,))}) as empty:
+        pass
+    with pytest.raises(ValueError, match=r"cat_steps\('linear'\): the trace has no finished step"):
+        empty.cat_steps("linear")
+
+
+def test_split_heads_gives_each_head_its_own_dimension(tiny, input_ids) -> None:
+    recorder = OutputRecorder(nn.Linear, layer_name="self_attn.o_proj", input=0)
+    spec = {"attention_heads": recorder, "weights": OutputRecorder(TinyAttention, index=1)}
+    values: list[torch.Tensor] = []
+    handle = tiny.layers[0].self_attn.v_proj.register_forward_hook(lambda m, a, out: values.append(out))
+    with trace(tiny, spec) as captures:
+        tiny(input_ids)
+    handle.remove()
+    split = captures.split_heads("attention_heads")
+    heads, head_dim = tiny.config.num_attention_heads, tiny.config.hidden_size // tiny.config.num_attention_heads
+    assert [tuple(s.shape) for s in split] == [(2, 7, heads, head_dim)] * tiny.config.num_hidden_layers
+    assert split[0].data_ptr() == captures["attention_heads"][0].data_ptr()  # a view
+    value = values[0].unflatten(-1, (heads, head_dim)).transpose(1, 2)  # [batch, heads, seq, head_dim]
+    for head in range(heads):  # head h of the split is head h's attention output
+        expected = captures["weights"][0][:, head] @ value[:, head]
+        torch.testing.assert_close(split[0][:, :, head], expected)
+
+
+def test_split_heads_without_a_head_count_needs_one() -> None:
+    net = nn.Sequential(nn.Linear(6, 6), nn.Linear(6, 6))
+    with trace(net, {"x": OutputRecorder(nn.Linear, index=0, layers=(1,))}) as captures:
+        net(torch.ones(1, 2, 6))
+    with pytest.raises(ValueError, match=r"split_heads\('x'\): module 1: no module on its path says how many heads"):
+        captures.split_heads("x")
+    none, split = captures.split_heads("x", heads=3)
+    assert none is None and split.shape == (1, 2, 3, 2)
+    with pytest.raises(ValueError, match=r"module 1: a last dimension of 6 does not split into 4 heads"):
+        captures.split_heads("x", heads=4)

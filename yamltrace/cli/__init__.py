@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module as one `add_<name>(commands)` function that adds its parser
 and the function that runs it; `COMMANDS` lists them. `validate` and `schema` never import torch:
-they need only PyYAML and jsonschema, so they run in CI jobs and pre-commit hooks without it.
+they need only PyYAML and jsonschema, so they run in CI jobs and pre-commit hooks without it; so does
+`inspect`, which a downloaded checkpoint's spec can be read with before anything of it runs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .. import __version__
 from ._check import add_check
 from ._common import EXIT_BROKEN_PIPE, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from ._extract import add_extract
+from ._inspect import add_inspect
 from ._schema import add_schema
 from ._specs import add_specs
 from ._validate import add_validate
@@ -25,6 +27,7 @@ __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "EXIT_INVALID", "EXIT_OK", "EXIT_USAG
 COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     add_validate,
     add_check,
+    add_inspect,
     add_schema,
     add_specs,
     add_extract,

@@ -110,12 +110,12 @@ def _texts(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     if args.data is not None:
         if args.split is not None:
             raise _Usage("--split goes with --dataset, not with --data.")
-        texts = open_texts(args.data, args.text_field, max_row_bytes=args.max_row_mb * 2**20)
+        texts = open_texts(args.data, args.text_field, max_row_bytes=args.max_row_mb * 2**20, columns=args.columns)
         path = Path(args.data)
         return texts, {"data": str(args.data), "bytes": path.stat().st_size, "sha256": file_sha256(path)}
     if args.split is None:
         raise _Usage("--dataset needs --split (for example --split train).")
-    return open_dataset(args.dataset, args.split, args.text_field), {"dataset": args.dataset, "split": args.split}
+    return open_dataset(args.dataset, args.split, args.text_field, args.columns), {"dataset": args.dataset, "split": args.split}
 
 
 def _init_distributed(device: str) -> bool:
@@ -156,7 +156,7 @@ def _extract(args: argparse.Namespace) -> Any:
     try:
         return extract(
             model, spec, batches, args.out, outputs=args.outputs, shard_bytes=args.shard_mb * 2**20, progress=not args.quiet,
-            resume=not args.no_resume, data=source, fingerprint_weights=args.fingerprint_weights,
+            resume=not args.no_resume, data=source, fingerprint_weights=args.fingerprint_weights, columns=args.columns,
         )  # fmt: skip
     finally:
         if joined:
@@ -258,7 +258,21 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--text-field", default="text", metavar="NAME", help="the field or column holding the text (default: text)"
     )
-    parser.add_argument("--tokenizer", required=True, metavar="DIR", help="a folder a transformers tokenizer was saved to")
+    parser.add_argument(
+        "--columns",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NAME",
+        help="other fields or columns of each row to store beside the activations (labels, ids); "
+        "read them with Activations.column(NAME)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="DIR",
+        help="a folder a transformers tokenizer was saved to (needs the hf extra: pip install 'yamltrace[hf]')",
+    )
     parser.add_argument(
         "--max-length", type=positive_int, required=True, metavar="N", help="pad or truncate every text to N tokens"
     )

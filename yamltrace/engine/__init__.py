@@ -10,9 +10,11 @@ through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest 
 """
 
 from ._attached import attach_spec, attached_spec
-from ._collector import Collector
+from ._collector import Collector, entry_of
 from ._edit import OPERATIONS, Intervention, RuntimeValue
+from ._heads import head_count
 from ._held import hold_hooks, release_hooks
+from ._padding import PaddingWatch, shared_warning, tasks_watch, warning_state
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
 from ._plan_cache import KeptPlan, forget_plans, keep_plan, kept_plan
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
@@ -44,6 +46,7 @@ __all__ = [
     "RuntimeValue",
     "NO_CAPTURE",
     "OutputRecorder",
+    "PaddingWatch",
     "Session",
     "TracePlan",
     "TraceRun",
@@ -53,7 +56,9 @@ __all__ = [
     "config_attribute",
     "decorated_paths",
     "decorator_tie_last",
+    "head_count",
     "default_index",
+    "entry_of",
     "forget_plans",
     "hold_hooks",
     "invalidate",
@@ -71,7 +76,10 @@ __all__ = [
     "requested_flags",
     "resolve_selections",
     "scope_modules",
+    "shared_warning",
+    "tasks_watch",
     "tie_last_enabled",
     "tie_last_hidden_state",
     "unwrap",
+    "warning_state",
 ]

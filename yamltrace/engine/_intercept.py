@@ -7,9 +7,14 @@ interceptor costs less on both counts (figures: docs/performance.md): it is set 
 `forward` (an entry of the module's `__dict__`, which `nn.Module.__call__` reads as `self.forward`),
 calls the forward it shadows, then each listener.
 
-Listeners see what forward hooks would see: the arguments after forward pre-hooks ran, the output
-before forward hooks ran. A *frame* is a pair of callbacks around the forward and its listeners
-(`trace` delimits its steps and scopes with them): `enter()` before, `exit(token, output, finished)`
+Listeners see what the caller of the module receives: the arguments after forward pre-hooks ran, the
+output after forward hooks ran. On a module without forward hooks the interceptor calls them itself;
+on one that carries forward hooks of others when a listener (or an output edit) is installed, it
+calls them from a forward hook of its own, registered after those (the slower path), so they see
+what those hooks returned. *Edits* change what the module receives (`inputs`: `(args, kwargs) ->
+(args, kwargs)`, before the forward) and what it returns (`outputs`: `output -> output`, before the
+listeners), in the order installed. A *frame* is a pair of callbacks around the forward and its listeners
+(`trace` delimits its steps and scopes with them): `enter(args, kwargs)` before, `exit(token, output, finished)`
 after, with `enter`'s return value as the token, also when the forward or a listener raised
 (`finished` False, output None); frames enter in the order installed and exit in reverse. Concurrent sessions on one module share its interceptor; removing the last
 listener restores the module's `__dict__` exactly. A copy of a module made while it is intercepted
@@ -27,41 +32,53 @@ from itertools import repeat
 from typing import Any
 
 from torch import nn
+from torch.nn.modules.module import _global_forward_hooks
 
-__all__ = ["Listener", "Enter", "Exit", "Interception", "intercept"]
+__all__ = ["Listener", "Enter", "Exit", "InputEdit", "OutputEdit", "INPUTS", "OUTPUTS", "Interception", "intercept"]
 
 # Called after the module's forward returned: (its context, positional args, keyword args, output).
 Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
-# A frame: called before the forward (returns a token), and after it: (token, output, finished).
-Enter = Callable[[], Any]
+# Edits: of what the module receives (before its forward), of what it returns (before the listeners).
+InputEdit = Callable[[tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]
+OutputEdit = Callable[[Any], Any]
+INPUTS, OUTPUTS = "inputs", "outputs"
+# A frame: called before the forward with its (args, kwargs) (returns a token), and after it: (token, output, finished).
+Enter = Callable[[tuple[Any, ...], dict[str, Any]], Any]
 Exit = Callable[[Any, Any, bool], None]
 
 _FORWARD = "forward"
-# Serialises installs and removals (not calls: those read an immutable tuple of listeners).
+# Serialises installs and removals (not calls: those read immutable tuples).
 _lock = threading.Lock()
 
 
 # Marks a module that had no `forward` of its own in its `__dict__`.
 _ABSENT = object()
+# What an `Interception` installs on an interceptor: the name of the tuple it joins.
+_LISTENERS, _FRAMES = "listeners", "frames"
 
 
 class _Interceptor:
-    """What an intercepted module's `forward` is bound to: the frames' entries, the shadowed forward,
-    the listeners, then the frames' exits.
+    """What an intercepted module's `forward` is bound to: the input edits, the frames' entries, the
+    shadowed forward, the output edits and the listeners, then the frames' exits.
 
-    The module's `forward` is the bound method `interceptor.forward`, not the interceptor itself:
-    dynamo then guards on the method's function, which all interceptors share, and does not
-    recompile for each new interceptor. `listeners` and `frames` are replaced, never mutated, so a
-    running call sees one snapshot.
+    The module's `forward` is a bound method of the interceptor, not the interceptor itself: dynamo
+    then guards on the method's function, which all interceptors share, and does not recompile for
+    each new interceptor. `forward` serves a module with listeners and frames only; `edited` one with
+    edits or whose listeners run from `late`, its own forward hook after others' (`_bind` picks).
+    The tuples are replaced, never mutated, so a running call sees one snapshot.
     """
 
-    __slots__ = ("inner", "shadowed", "listeners", "frames")
+    __slots__ = ("inner", "shadowed", "listeners", "frames", "inputs", "outputs", "late", "editing")
 
     def __init__(self, inner: Callable[..., Any], shadowed: Any = _ABSENT) -> None:
         self.inner = inner  # what `module.forward` was: the bound class forward, or `shadowed`
         self.shadowed = shadowed  # the instance attribute it replaced, or _ABSENT
         self.listeners: tuple[tuple[Listener, Any], ...] = ()
         self.frames: tuple[tuple[Enter, Exit], ...] = ()
+        self.inputs: tuple[InputEdit, ...] = ()
+        self.outputs: tuple[OutputEdit, ...] = ()
+        self.late: Any = None  # the handle of `after_hooks` as a forward hook, on the slower path
+        self.editing = False  # whether the module's `forward` is `edited`
 
     def forward(self, /, *args: Any, **kwargs: Any) -> Any:
         # `self` positional-only: a keyword argument is not compared with it by name on each call.
@@ -72,25 +89,45 @@ class _Interceptor:
             listener(context, args, kwargs, output)
         return output
 
+    def edited(self, /, *args: Any, **kwargs: Any) -> Any:
+        for edit in self.inputs:
+            args, kwargs = edit(args, kwargs)
+        if self.frames:
+            return self._framed(args, kwargs)
+        return self._run(args, kwargs)
+
+    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        output = self.inner(*args, **kwargs)
+        if self.late is None:
+            for edit in self.outputs:
+                output = edit(output)
+            for listener, context in self.listeners:
+                listener(context, args, kwargs, output)
+        return output
+
+    def after_hooks(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
+        """The slower path's forward hook, after the module's other forward hooks: edits, listeners."""
+        for edit in self.outputs:
+            output = edit(output)
+        for listener, context in self.listeners:
+            listener(context, args, kwargs, output)
+        return output
+
     def _framed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         frames = self.frames
         if len(frames) == 1:  # the common case (a `trace` root): no lists of tokens
             ((enter, exit),) = frames
-            token = enter()
+            token = enter(args, kwargs)
             try:
-                output = self.inner(*args, **kwargs)
-                for listener, context in self.listeners:
-                    listener(context, args, kwargs, output)
+                output = self._run(args, kwargs)
             except BaseException:
                 exit(token, None, False)
                 raise
             exit(token, output, True)
             return output
-        tokens = [enter() for enter, _ in frames]
+        tokens = [enter(args, kwargs) for enter, _ in frames]
         try:
-            output = self.inner(*args, **kwargs)
-            for listener, context in self.listeners:
-                listener(context, args, kwargs, output)
+            output = self._run(args, kwargs)
         except BaseException:
             for (_, exit), token in zip(frames[::-1], tokens[::-1]):
                 exit(token, None, False)
@@ -107,29 +144,68 @@ class _Interceptor:
         return (_Interceptor, (self.inner,))
 
 
+def _foreign_forward_hooks(module: nn.Module, interceptor: _Interceptor) -> bool:
+    """Whether forward hooks other than the interceptor's own run after the module's forward."""
+    own = None if interceptor.late is None else interceptor.late.id
+    return bool(_global_forward_hooks) or any(key != own for key in module._forward_hooks)
+
+
+def _bind(module: nn.Module, interceptor: _Interceptor) -> None:
+    """Set the module's `forward` to the interceptor method its contents need, and its own forward hook
+    on or off (called holding `_lock`, with something installed on the interceptor). Nothing to do, at
+    the cost of a few attribute reads, for listeners and frames alone on a module without hooks."""
+    if not (
+        interceptor.inputs
+        or interceptor.outputs
+        or interceptor.editing
+        or interceptor.late is not None
+        or module._forward_hooks
+        or _global_forward_hooks
+    ):
+        return
+    late = bool(interceptor.listeners or interceptor.outputs) and _foreign_forward_hooks(module, interceptor)
+    if late and interceptor.late is None:
+        interceptor.late = module.register_forward_hook(interceptor.after_hooks, with_kwargs=True)
+    elif not late and interceptor.late is not None:
+        interceptor.late.remove()
+        interceptor.late = None
+    interceptor.editing = late or bool(interceptor.inputs or interceptor.outputs)
+    method = interceptor.edited if interceptor.editing else interceptor.forward
+    own = module.__dict__
+    current = own.get(_FORWARD)
+    if getattr(current, "__self__", None) is interceptor and current != method:
+        own[_FORWARD] = method
+
+
 class Interception:
-    """Listeners and frames installed together on several modules; `remove()` takes them all off
-    (idempotent)."""
+    """Listeners, frames and edits installed together on several modules; `remove()` takes them all
+    off (idempotent)."""
 
-    __slots__ = ("_installed", "_dicts", "_forwards", "_given")
+    __slots__ = ("_installed", "_dicts", "_forwards", "_hooks", "_hook_counts", "_given")
 
-    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, tuple[Any, Any], bool]], given: Any = ((), ())) -> None:
-        self._installed = installed  # (module, its interceptor, the listener or frame, is a frame)
+    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, Any, str]], given: Any = ((), (), ())) -> None:
+        self._installed = installed  # (module, its interceptor, what was installed, the tuple it joined)
         # Each module's `__dict__` and the `forward` it held once installed (for `intact`).
         self._dicts = [module.__dict__ for module, _, _, _ in installed]
         self._forwards = list(map(dict.get, self._dicts, repeat(_FORWARD)))
-        self._given = given  # the items and frames `intercept` was given (for `again`)
+        # Each module's forward hooks and how many there were, then the global ones' count.
+        self._hooks = [module._forward_hooks for module, _, _, _ in installed]
+        self._hook_counts = [*map(len, self._hooks), len(_global_forward_hooks)]
+        self._given = given  # the items, frames and edits `intercept` was given (for `again`)
 
     def again(self) -> Interception:
-        """The same listeners and frames installed anew, as `intercept` installed them (this one is
-        removed first): a `trace` run kept for its plan installs the same ones for each block."""
+        """The same listeners, frames and edits installed anew, as `intercept` installed them (this one
+        is removed first): a `trace` run kept for its plan installs the same ones for each block."""
         self.remove()
         return intercept(*self._given)
 
     def intact(self) -> bool:
-        """Whether every intercepted module still calls its interceptor: no `forward` has been set on
-        one of the instances since (which would bypass the interceptor and its listeners), unless it
-        wraps the interceptor (`functools.wraps`: `__wrapped__`) or was removed again."""
+        """Whether every intercepted module still calls its interceptor as installed: no forward hook
+        has been added or removed since (which may change which path its listeners take), and no
+        `forward` set on one of the instances (which would bypass the interceptor and its listeners),
+        unless it wraps the interceptor (`functools.wraps`: `__wrapped__`) or was removed again."""
+        if [*map(len, self._hooks), len(_global_forward_hooks)] != self._hook_counts:
+            return False
         if list(map(dict.get, self._dicts, repeat(_FORWARD))) == self._forwards:
             return True  # (the common case: one C-level pass, no Python call per module)
         return all(_interceptor_of(module.__dict__.get(_FORWARD)) is interceptor for module, interceptor, _, _ in self._installed)
@@ -139,13 +215,14 @@ class Interception:
         if not installed:
             return
         with _lock:
-            for module, interceptor, entry, is_frame in installed:
-                if is_frame:
-                    interceptor.frames = _without(interceptor.frames, entry)
-                else:
-                    interceptor.listeners = _without(interceptor.listeners, entry)
-                if interceptor.listeners or interceptor.frames:
+            for module, interceptor, entry, kind in installed:
+                setattr(interceptor, kind, _without(getattr(interceptor, kind), entry))
+                if interceptor.listeners or interceptor.frames or interceptor.inputs or interceptor.outputs:
+                    _bind(module, interceptor)
                     continue
+                if interceptor.late is not None:
+                    interceptor.late.remove()
+                    interceptor.late = None
                 own = module.__dict__
                 if getattr(own.get(_FORWARD), "__self__", None) is interceptor:
                     if interceptor.shadowed is _ABSENT:
@@ -173,25 +250,26 @@ def _interceptor_of(forward: Any) -> _Interceptor | None:
 
 
 def intercept(
-    items: Iterable[tuple[nn.Module, Listener, Any]], frames: Iterable[tuple[nn.Module, Enter, Exit]] = ()
+    items: Iterable[tuple[nn.Module, Listener, Any]],
+    frames: Iterable[tuple[nn.Module, Enter, Exit]] = (),
+    edits: Iterable[tuple[nn.Module, str, InputEdit | OutputEdit]] = (),
 ) -> Interception:
     """For each `(module, listener, context)`, call `listener(context, args, kwargs, output)` after each
-    call of the module's forward, and around it each frame `(module, enter, exit)` (module docstring),
-    until the returned `Interception` is removed. One lock for all."""
-    items, frames = tuple(items), tuple(frames)
-    installed: list[tuple[nn.Module, _Interceptor, tuple[Any, Any], bool]] = []
+    call of the module's forward, around it each frame `(module, enter, exit)`, and each edit
+    `(module, INPUTS or OUTPUTS, edit)` on what it receives or returns (module docstring), until the
+    returned `Interception` is removed. One lock for all."""
+    items, frames, edits = tuple(items), tuple(frames), tuple(edits)
+    installed: list[tuple[nn.Module, _Interceptor, Any, str]] = []
     with _lock:
-        for module, listener, context in items:
+        added: list[tuple[nn.Module, Any, str]] = [(m, (listener, context), _LISTENERS) for m, listener, context in items]
+        added += [(m, (enter, exit), _FRAMES) for m, enter, exit in frames]
+        added += [(m, edit, kind) for m, kind, edit in edits]
+        for module, entry, kind in added:
             interceptor = _interceptor_on(module)
-            entry: tuple[Any, Any] = (listener, context)
-            interceptor.listeners = interceptor.listeners + (entry,)
-            installed.append((module, interceptor, entry, False))
-        for module, enter, exit in frames:
-            interceptor = _interceptor_on(module)
-            entry = (enter, exit)
-            interceptor.frames = interceptor.frames + (entry,)
-            installed.append((module, interceptor, entry, True))
-    return Interception(installed, (items, frames))
+            setattr(interceptor, kind, getattr(interceptor, kind) + (entry,))
+            installed.append((module, interceptor, entry, kind))
+            _bind(module, interceptor)
+    return Interception(installed, (items, frames, edits))
 
 
 def _interceptor_on(module: nn.Module) -> _Interceptor:

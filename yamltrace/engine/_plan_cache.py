@@ -40,13 +40,15 @@ MAX_PLANS = 8
 class KeptPlan:
     """A plan kept on its model: its key, what the key names by identity (kept alive so that no id is
     reused), the structure guard, the plan and the scopes it was planned from, the issues planning
-    reported as warnings, and one run idle for the next block."""
+    reported as warnings, the explicit spec (None without one), and one run idle for the next block."""
 
-    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "_idle")
+    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "spec", "_idle")
 
-    def __init__(self, key: Hashable, refers_to: Any, guard: Any, plan: TracePlan, scopes: Sequence[Scope], warnings: Any) -> None:
+    def __init__(
+        self, key: Hashable, refers_to: Any, guard: Any, plan: TracePlan, scopes: Sequence[Scope], warnings: Any, spec: Any
+    ) -> None:
         self.key, self.refers_to, self.guard = key, refers_to, guard
-        self.plan, self.scopes, self.warnings = plan, tuple(scopes), warnings
+        self.plan, self.scopes, self.warnings, self.spec = plan, tuple(scopes), warnings, spec
         self._idle: list[TraceRun] = []
 
     def run(self) -> TraceRun:
@@ -101,9 +103,14 @@ def kept_plan(model: nn.Module, key: Hashable) -> KeptPlan | None:
     return None
 
 
-def keep_plan(model: nn.Module, key: Hashable, refers_to: Any, plan: TracePlan, scopes: Sequence[Scope], warnings: Any) -> KeptPlan:
-    """Keep `plan` (planned from `scopes` for `key`) on `model`; returns what `kept_plan` will return."""
-    kept = KeptPlan(key, refers_to, _guard(model, scopes), plan, scopes, warnings)
+def keep_plan(
+    model: nn.Module, key: Hashable, refers_to: Any, plan: TracePlan, scopes: Sequence[Scope], warnings: Any, spec: Any = None
+) -> KeptPlan:
+    """Keep `plan` (planned from `scopes` for `key`) on `model`; returns what `kept_plan` will return.
+    A key of None is not kept (the plan is returned for its one block)."""
+    if key is None:
+        return KeptPlan(None, refers_to, None, plan, scopes, warnings, spec)
+    kept = KeptPlan(key, refers_to, _guard(model, scopes), plan, scopes, warnings, spec)
     plans = _plans(model)
     if plans is None:
         plans = model.__dict__[ATTRIBUTE] = _Plans(model)

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._recorder_fields import slice_problem
+from .._recorder_fields import PADDING_POSITIONS, positions_text_problem
 from ..errors import PositionError
+from ._padding import padding_selector
 
 if TYPE_CHECKING:
     from ._recorder import OutputRecorder
@@ -27,6 +28,7 @@ __all__ = [
     "Transform",
     "normalize_input",
     "normalize_positions",
+    "positions_index",
     "positions_selector",
     "transform_of",
 ]
@@ -49,7 +51,8 @@ def normalize_input(value: Any) -> int | str | None:
 
 
 def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
-    """`OutputRecorder.positions` validated: a tuple of ints, a slice text such as `"-8:"`, or None.
+    """`OutputRecorder.positions` validated: a tuple of ints, a slice text such as `"-8:"`, `"last"` /
+    `"first"` (each row's last / first real position, by the attention mask: `_padding`), or None.
 
     A single int is one position; a `slice` becomes its text. Kept hashable, so recorders stay keys.
     """
@@ -62,7 +65,7 @@ def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
         value = ":".join("" if p is None else str(p) for p in parts)
     if isinstance(value, str):
         text: str = value.replace(" ", "")
-        problem = slice_problem(text)  # the rule a spec's slice text is checked with
+        problem = positions_text_problem(text)  # the rule a spec's text is checked with
         if problem is not None:
             raise ValueError(f"OutputRecorder.positions: {problem}.")
         return text
@@ -70,7 +73,9 @@ def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
         return (value,)
     if isinstance(value, Sequence) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         return tuple(value)
-    raise TypeError(f"OutputRecorder.positions must be a non-empty list of ints or a slice text such as '-8:', got {value!r}.")
+    raise TypeError(
+        f"OutputRecorder.positions must be a non-empty list of ints, a slice text such as '-8:', or 'last' / 'first', got {value!r}."
+    )
 
 
 def _as_index(positions: tuple[int, ...] | str) -> slice | list[int]:
@@ -82,6 +87,22 @@ def _as_index(positions: tuple[int, ...] | str) -> slice | list[int]:
         (i,) = positions
         return slice(i, None if i == -1 else i + 1)
     return list(positions)
+
+
+def positions_index(positions: tuple[int, ...] | str, length: int) -> list[int]:
+    """The positions `positions` picks in a sequence of `length`, made absolute, with the selection's
+    semantics (a slice is clipped, as Python's; a listed position out of range is a `PositionError`,
+    as is a selection of nothing)."""
+    index = _as_index(positions)
+    written = positions if isinstance(positions, str) else list(positions)
+    try:
+        picked = list(range(length)[index]) if isinstance(index, slice) else [range(length)[i] for i in index]
+    except IndexError:
+        picked = []
+    if not picked:
+        problem = "select nothing from" if isinstance(positions, str) else "are out of range for"
+        raise PositionError(f"positions {written!r} {problem} a sequence of {length}.")
+    return picked
 
 
 def _fixed_span(index: slice) -> tuple[int, int] | None:
@@ -246,11 +267,23 @@ class InputSource:
 
     def take(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The argument of one call; `path` is the module's, for the error message."""
+        where = self.where(path, args, kwargs)
+        return kwargs[where] if isinstance(where, str) else args[where]
+
+    def put(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any], value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with this one replaced by `value` (new containers; the caller's are unchanged)."""
+        where = self.where(path, args, kwargs)
+        if isinstance(where, str):
+            return args, {**kwargs, where: value}
+        return args[:where] + (value,) + args[where + 1 :], kwargs
+
+    def where(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str:
+        """The keyword name or the position of the argument in one call (`PositionError` if not passed)."""
         if self.name is not None and self.name in kwargs:
-            return kwargs[self.name]
+            return self.name
         position = self.position
         if position is not None and position < len(args):
-            return args[position]
+            return position
         raise PositionError(
             f"the module at {path.lstrip('.') or '<root>'} was called with {len(args)} positional argument(s) "
             f"and keywords {sorted(kwargs)}, so it has no input {self.written!r}; set the recorder's input "
@@ -282,13 +315,27 @@ def _parameter_position(target_class: type | tuple[type, ...] | None, name: str)
 
 def transform_of(recorder: OutputRecorder) -> Transform | None:
     """What `recorder` does to a captured tensor (detach, keep positions, then move/cast); None when
-    it keeps the reference."""
+    it keeps the reference. A transform that keeps positions says which, and by which mask argument:
+    its `selects` is `(positions, mask)` (read by `_padding.plan_watch`)."""
+    transform = _transform_of(recorder)
+    if transform is not None and recorder.positions is not None:
+        transform.selects = (recorder.positions, recorder.mask)  # type: ignore[attr-defined]
+    return transform
+
+
+def _transform_of(recorder: OutputRecorder) -> Transform | None:
     detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
     convert = device is not None or dtype is not None
     if recorder.positions is None:
         if not detach and not convert:
             return None
         select = None
+    elif recorder.positions in PADDING_POSITIONS:
+        # Without a mask, every position counts: `last` is `[-1]`, `first` is `[0]`. Always a copy.
+        literal = positions_selector((-1,) if recorder.positions == "last" else (0,), recorder.seq_dim)
+        select = padding_selector(recorder.positions, recorder.seq_dim, recorder.mask, literal)
+        if not detach and not convert:
+            return select
     else:
         # The selection copies, unless `to`/`dtype` follow (they copy; a view is then enough).
         select = positions_selector(recorder.positions, recorder.seq_dim, copy=not convert)

@@ -62,6 +62,9 @@ class OutputRecorder:
         seq_dim: the sequence dimension `positions` selects along (default 1: `[batch, seq, ...]`).
         optional: the modules it hooks exist only in some configurations (cross-attention, an
             optional tower): matching no module is not an error for a strict `trace`.
+        mask: the argument of the root forward (the traced module's, or the decorated forward's)
+            holding the `[batch, seq]` attention mask that `positions="last"` / `"first"` and the
+            padding check of literal positions read; None reads `attention_mask`.
 
     Without `detach`, `to`, `dtype` and `positions`, a capture is the very tensor the module returned
     (a reference, no copy); each option applies to tensors only, after `layers` selection.
@@ -82,6 +85,7 @@ class OutputRecorder:
     positions: tuple[int, ...] | str | None = None
     seq_dim: int = field_default("seq_dim")
     optional: bool = field_default("optional")
+    mask: str | None = None
 
     def __post_init__(self) -> None:
         if self.target_class is None and self.class_name is None:
@@ -103,6 +107,13 @@ class OutputRecorder:
             object.__setattr__(self, "dtype", _capture_dtype(self.dtype))
         object.__setattr__(self, "input", normalize_input(self.input))
         object.__setattr__(self, "positions", normalize_positions(self.positions))
+        if self.mask is not None and not isinstance(self.mask, str):
+            raise TypeError(f"OutputRecorder.mask must be the name of the root forward's mask argument, got {self.mask!r}.")
+        if self.mask is not None and self.positions is None:
+            raise ValueError(
+                "OutputRecorder.mask names the attention mask that positions read, and this recorder keeps every "
+                "position; set positions (last, first, or literal ones) or remove mask."
+            )
         if not isinstance(self.seq_dim, int) or isinstance(self.seq_dim, bool):
             raise TypeError(f"OutputRecorder.seq_dim must be an int, got {self.seq_dim!r}.")
         for field in CHECKED_FIELDS:  # the checks a spec's values get (`validate`), for every recorder

@@ -9,8 +9,9 @@ and collectors through their own methods only.
 
 A run serves one block at a time, and the next block on the same plan too (`_plan_cache` keeps it):
 its listeners, frames, session and collectors are built once, installed for each block and removed
-after it; `finish` empties what the block recorded (the block's `Captures` hold it), so the next
-block starts empty and installs no more than its hooks.
+after it (only the padding watch's frame is the block's own: its warning is one per block); `finish`
+empties what the block recorded (the block's `Captures` hold it), so the next block starts empty and
+installs no more than its hooks.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torch import nn
 
 from ._collector import Collector, install_hooks
 from ._intercept import Interception, intercept
+from ._padding import plan_watch, warning_state
 from ._session import Session, tie_last_hidden_state
 from ._trace_plan import TracePlan
 
@@ -45,6 +47,7 @@ class TraceRun:
         self.plan = plan
         self.session = Session(Collector(()), block=True)
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
+        self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
         self._installed: list[Interception] = []  # the hooks and frames of the last block
         self._outer: nn.Module | None = None  # the module whose calls the frames delimit as steps
         self._empty()
@@ -69,6 +72,10 @@ class TraceRun:
     def _install(self, outer: nn.Module) -> None:
         """Install the listeners and frames: those of the last block again, or new ones for a new `outer`."""
         previous, self._installed = self._installed, []
+        if self.padding is not None:  # first: the mask is known to every role of the call, ties included
+            frame = (outer, *self.padding.frame(outer, self.session.recording, warning_state()))
+            self._installed.append(intercept([], [frame]))
+            previous = previous[1:]
         if previous and outer is self._outer:
             for handle in previous:
                 self._installed.append(handle.again())
@@ -94,7 +101,7 @@ class TraceRun:
         self.session.reopen()
         self._empty()
 
-    def _frames(self, outer: nn.Module) -> list[tuple[nn.Module, Callable[[], bool], Callable[[bool, Any, bool], None]]]:
+    def _frames(self, outer: nn.Module) -> list[tuple[nn.Module, Callable[..., Any], Callable[[bool, Any, bool], None]]]:
         """One frame per module with roles: entries in the order added, exits in reverse."""
         roles: dict[int, tuple[nn.Module, list[Entered], list[Exited]]] = {}
 
@@ -179,10 +186,10 @@ class TraceRun:
 
 def _frame(
     is_active: Callable[[], bool], entries: list[Entered], exits: list[Exited]
-) -> tuple[Callable[[], bool], Callable[[bool, Any, bool], None]]:
+) -> tuple[Callable[[tuple[Any, ...], dict[str, Any]], bool], Callable[[bool, Any, bool], None]]:
     """One module's frame (`_intercept`): its roles' entries and exits, for calls made while the block records."""
 
-    def enter() -> bool:
+    def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         active = is_active()
         if active:
             for entered in entries:

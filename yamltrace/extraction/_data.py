@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 from ..errors import BadRows, ExtractError
 
 __all__ = [
-    "open_texts", "open_dataset", "load_tokenizer", "TokenizedBatches", "BadRows", "MAX_ROW_BYTES", "file_sha256",
+    "Rows", "open_texts", "open_dataset", "load_tokenizer", "TokenizedBatches", "BadRows", "MAX_ROW_BYTES", "file_sha256",
     "tokenizer_sha256",
 ]  # fmt: skip
 
@@ -45,11 +45,24 @@ def _lines(f: BinaryIO, max_bytes: int) -> Iterator[tuple[bytes | None, int]]:
         yield (line if len(line) <= max_bytes else None), length
 
 
-class _FileRows(Sequence[str]):
+class Rows(Sequence[str]):
+    """The texts of a data source, row by row, and the other fields of each row named when it was opened
+    (`values`: the data columns `extract` carries beside the activations)."""
+
+    columns: tuple[str, ...] = ()
+
+    def values(self, i: int) -> dict[str, Any]:
+        """`{column: value}` of row `i`, for each of `columns`."""
+        return {}
+
+
+class _FileRows(Rows):
     """The rows of a text file, found by one checking pass and read back by byte offset on demand."""
 
-    def __init__(self, path: Path, text_field: str | None, max_row_bytes: int = MAX_ROW_BYTES) -> None:
-        self.path, self.text_field = path, text_field
+    def __init__(
+        self, path: Path, text_field: str | None, max_row_bytes: int = MAX_ROW_BYTES, columns: tuple[str, ...] = ()
+    ) -> None:
+        self.path, self.text_field, self.columns = path, text_field, columns
         self._offsets, self._lengths = array("q"), array("q")
         problems: list[str] = []
         count = 0
@@ -95,23 +108,47 @@ class _FileRows(Sequence[str]):
             return f"line {number}: no field {self.text_field!r} (fields: {fields}); choose one with --text-field"
         if not isinstance(row[self.text_field], str):
             return f"line {number}: field {self.text_field!r} is {type(row[self.text_field]).__name__}, not text"
+        for name in self.columns:
+            if name not in row:
+                fields = ", ".join(sorted(row))
+                return f"line {number}: no field {name!r} (fields: {fields}), which --columns names"
+            if row[name] is None or isinstance(row[name], dict):
+                return f"line {number}: field {name!r} is {'null' if row[name] is None else 'an object'}; a column holds a number, text or a list"
         return None
 
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def __getitem__(self, i: int) -> str:  # type: ignore[override]  # rows by position only, not slices
+    def _line(self, i: int) -> str:
         with open(self.path, "rb") as f:
             f.seek(self._offsets[i])
-            text = f.read(self._lengths[i]).decode("utf-8")
+            return f.read(self._lengths[i]).decode("utf-8")
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]  # rows by position only, not slices
+        text = self._line(i)
         return text if self.text_field is None else json.loads(text)[self.text_field]
 
+    def values(self, i: int) -> dict[str, Any]:
+        row = json.loads(self._line(i)) if self.columns else {}
+        return {name: row[name] for name in self.columns}
 
-class _ColumnRows(Sequence[str]):
-    """One text column of a table (a pyarrow column or a `datasets` dataset), row by row."""
 
-    def __init__(self, get: Callable[[int], str], length: int) -> None:
+class _ColumnRows(Rows):
+    """One text column of a table (a pyarrow column or a `datasets` dataset), row by row, and its other
+    `columns` (`get_values`)."""
+
+    def __init__(
+        self,
+        get: Callable[[int], str],
+        length: int,
+        columns: tuple[str, ...] = (),
+        get_values: Callable[[int], dict[str, Any]] | None = None,
+    ) -> None:
         self._get, self._length = get, length
+        self.columns, self._get_values = columns, get_values
+
+    def values(self, i: int) -> dict[str, Any]:
+        return self._get_values(i) if self._get_values is not None else {}
 
     def __len__(self) -> int:
         return self._length
@@ -120,7 +157,7 @@ class _ColumnRows(Sequence[str]):
         return self._get(i)
 
 
-def _parquet_rows(path: Path, text_field: str) -> Sequence[str]:
+def _parquet_rows(path: Path, text_field: str, columns: tuple[str, ...]) -> Rows:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -129,35 +166,54 @@ def _parquet_rows(path: Path, text_field: str) -> Sequence[str]:
     names = pq.read_schema(path).names
     if text_field not in names:
         raise ExtractError(f"{path}: no column {text_field!r} (columns: {', '.join(names)}); choose one with --text-field.")
-    column = pq.read_table(path, columns=[text_field]).column(text_field)
+    for name in columns:
+        if name not in names:
+            raise ExtractError(f"{path}: no column {name!r}, which --columns names (columns: {', '.join(names)}).")
+    table = pq.read_table(path, columns=[text_field, *(c for c in columns if c != text_field)])
+    for name in columns:
+        if table.column(name).null_count:
+            raise ExtractError(f"{path}: column {name!r} has {table.column(name).null_count} empty (null) row(s).")
+    column = table.column(text_field)
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         raise ExtractError(f"{path}: column {text_field!r} holds {column.type}, not text.")
     if column.null_count:
         raise ExtractError(f"{path}: column {text_field!r} has {column.null_count} empty (null) row(s).")
     if len(column) == 0:
         raise ExtractError(f"{path}: the table holds no rows; nothing to extract.")
-    return _ColumnRows(lambda i: column[i].as_py(), len(column))
+    return _ColumnRows(
+        lambda i: column[i].as_py(), len(column), columns, lambda i: {c: table.column(c)[i].as_py() for c in columns}
+    )
 
 
-def open_texts(path: str | os.PathLike[str], text_field: str = "text", *, max_row_bytes: int = MAX_ROW_BYTES) -> Sequence[str]:
+def open_texts(
+    path: str | os.PathLike[str],
+    text_field: str = "text",
+    *,
+    max_row_bytes: int = MAX_ROW_BYTES,
+    columns: Sequence[str] = (),
+) -> Rows:
     """The texts of a `.jsonl` file (field `text_field` of each line), a `.txt` file (each non-blank
-    line) or a `.parquet` file (column `text_field`, needs pyarrow); every row checked now. A line of
-    a `.jsonl` or `.txt` file longer than `max_row_bytes` is a bad row."""
-    path = Path(path)
+    line) or a `.parquet` file (column `text_field`, needs pyarrow); every row checked now, `columns`
+    (other fields of each row, carried beside the activations) included. A line of a `.jsonl` or
+    `.txt` file longer than `max_row_bytes` is a bad row."""
+    path, columns = Path(path), tuple(columns)
     if not path.is_file():
         raise ExtractError(f"{path}: no such file.")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        return _FileRows(path, text_field, max_row_bytes)
+        return _FileRows(path, text_field, max_row_bytes, columns)
     if suffix == ".txt":
+        if columns:
+            raise ExtractError(f"{path}: a .txt file's rows have no fields for --columns; use .jsonl or .parquet.")
         return _FileRows(path, None, max_row_bytes)
     if suffix == ".parquet":
-        return _parquet_rows(path, text_field)
+        return _parquet_rows(path, text_field, columns)
     raise ExtractError(f"{path}: unknown data format {suffix or '(no suffix)'!r}; use .jsonl, .txt or .parquet.")
 
 
-def open_dataset(name: str, split: str, text_field: str = "text") -> Sequence[str]:
-    """Column `text_field` of split `split` of a `datasets` dataset (the optional `datasets` package)."""
+def open_dataset(name: str, split: str, text_field: str = "text", columns: Sequence[str] = ()) -> Rows:
+    """Column `text_field` of split `split` of a `datasets` dataset (the optional `datasets` package), and
+    its `columns` carried beside the activations."""
     try:
         import datasets
     except ImportError:
@@ -168,12 +224,19 @@ def open_dataset(name: str, split: str, text_field: str = "text") -> Sequence[st
             f"dataset {name!r} ({split}): no column {text_field!r} (columns: {', '.join(dataset.column_names)}); "
             "choose one with --text-field."
         )
+    for column in columns:
+        if column not in dataset.column_names:
+            raise ExtractError(
+                f"dataset {name!r} ({split}): no column {column!r}, which --columns names "
+                f"(columns: {', '.join(dataset.column_names)})."
+            )
     feature = dataset.features[text_field]
     if getattr(feature, "dtype", None) not in ("string", "large_string"):
         raise ExtractError(f"dataset {name!r} ({split}): column {text_field!r} holds {feature}, not text.")
     if len(dataset) == 0:
         raise ExtractError(f"dataset {name!r} ({split}) holds no rows; nothing to extract.")
-    return _ColumnRows(lambda i: dataset[i][text_field], len(dataset))
+    carried = tuple(columns)
+    return _ColumnRows(lambda i: dataset[i][text_field], len(dataset), carried, lambda i: {c: dataset[i][c] for c in carried})
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -204,7 +267,12 @@ def load_tokenizer(directory: str | os.PathLike[str]) -> Any:
     directory = Path(directory)
     if not directory.is_dir():
         raise ExtractError(f"--tokenizer {directory}: not a directory; pass a folder a tokenizer was saved to.")
-    from transformers import AutoTokenizer
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise ExtractError(
+            f"--tokenizer needs transformers and tokenizers ({e}); install them with: pip install 'yamltrace[hf]'."
+        ) from None
 
     tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     if tokenizer.pad_token is None:
@@ -226,6 +294,7 @@ class TokenizedBatches(Sequence[dict[str, Any]]):
     def __init__(self, texts: Sequence[str], tokenizer: Any, *, batch_size: int, max_length: int) -> None:
         self.texts, self.tokenizer = texts, tokenizer
         self.batch_size, self.max_length = batch_size, max_length
+        self.columns = texts.columns if isinstance(texts, Rows) else ()
 
     def __len__(self) -> int:
         return -(-len(self.texts) // self.batch_size)
@@ -233,9 +302,17 @@ class TokenizedBatches(Sequence[dict[str, Any]]):
     def __getitem__(self, i: int) -> dict[str, Any]:  # type: ignore[override]  # batches by position only, not slices
         if not 0 <= i < len(self):
             raise IndexError(f"batch {i} of {len(self)}")
-        rows = [self._cut(self.texts[j]) for j in range(i * self.batch_size, min(len(self.texts), (i + 1) * self.batch_size))]
+        numbers = range(i * self.batch_size, min(len(self.texts), (i + 1) * self.batch_size))
+        rows = [self._cut(self.texts[j]) for j in numbers]
         encoded = self.tokenizer(rows, padding="max_length", truncation=True, max_length=self.max_length, return_tensors="pt")
-        return dict(encoded)
+        batch = dict(encoded)
+        if self.columns and isinstance(self.texts, Rows):
+            clash = [name for name in self.columns if name in batch]
+            if clash:
+                raise ExtractError(f"--columns {clash[0]}: the tokenizer gives a model input of that name; rename the field.")
+            values = [self.texts.values(j) for j in numbers]
+            batch.update({name: [row[name] for row in values] for name in self.columns})  # extract(columns=) takes them out
+        return batch
 
     def _cut(self, text: str) -> str:
         """`text`, cut where its kept tokens certainly end (see the class)."""

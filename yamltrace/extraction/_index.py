@@ -7,7 +7,9 @@ So both `resume` (which batches are done) and the index (row order over every ra
 read back from the shards themselves; nothing else needs to survive a crash.
 
 A tensor is stored as `<key>/<layer>` for a captured key (one tensor per kept layer) and as `<name>`
-for a model input kept beside the activations (`input_ids`, `attention_mask`); dimension 0 is rows.
+for a model input kept beside the activations (`input_ids`, `attention_mask`) or a data column carried
+with them (`labels`); dimension 0 is rows. A column of text (`id`) is stored in the shard's metadata
+instead, one JSON list of strings per column (`TEXTS_FIELD`); the index lists every carried column.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "TEMPORARY_SUFFIX",
     "tensor_name",
     "split_tensor_name",
+    "TEXTS_FIELD",
     "fingerprint",
     "read_shards",
     "build_index",
@@ -55,6 +58,7 @@ FORMAT_VERSION = 1
 _SHARD = re.compile(r"shard-r(\d{3,})-(\d{5,})\.safetensors")
 TEMPORARY_SUFFIX = ".tmp"
 RUN_FIELD, BATCHES_FIELD, KEYS_FIELD = "yamltrace.run", "yamltrace.batches", "yamltrace.keys"
+TEXTS_FIELD = "yamltrace.texts"  # {column: [one string per row]} of a shard's text columns, as JSON
 
 
 # safetensors' dtype codes, as its headers write them.
@@ -207,11 +211,13 @@ def build_index(directory: Path, run: Mapping[str, Any], batch_count: int) -> di
             f"{directory}: the shards hold {len(where)} of {batch_count} batches (missing: {missing[:10]}). With several "
             "processes, every rank must write to one shared directory."
         )
+    columns = list(run.get("columns", ()))
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "rows": sum(rows for _, _, rows in where.values()),
         "keys": _row_layout(shards),
+        **({"columns": columns} if columns else {}),
         "shards": [{"file": s.path.name, "rows": s.rows} for s in shards],
         "batches": [where[b] for b in range(batch_count)],
         "run": dict(run),

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .._folder import bare_name
-from ._index import DTYPES, FORMAT, FORMAT_VERSION, INDEX_FILE, ExtractError, tensor_name
+from .._folder import bare_name, parse_json
+from ._index import DTYPES, FORMAT, FORMAT_VERSION, INDEX_FILE, TEXTS_FIELD, ExtractError, tensor_name
 
-__all__ = ["check_index", "check_shard_header"]
+__all__ = ["check_index", "check_shard_header", "text_columns", "shard_texts"]
 _MAX_DIMS = 16  # dimensions of one stored row
 
 
@@ -95,7 +95,46 @@ def check_index(index: Any, path: Path) -> dict[str, Any]:
         _check_key(key, entry, path)
     _entries(index.get("shards"), list, path, "$.shards")
     _check_batches(index, path)
+    _check_columns(index, path)
     return index
+
+
+def _check_columns(index: dict[str, Any], path: Path) -> None:
+    """The carried data columns: distinct names, each a stored input-like tensor (no layers) or a text column."""
+    columns = _entries(index.get("columns", []), list, path, "$.columns")
+    for i, name in enumerate(columns):
+        if not isinstance(name, str) or not name or "/" in name:
+            raise _fail(path, f"$.columns[{i}]", f"expected a column name, got {name!r:.80}")
+        if name in index["keys"] and index["keys"][name]["layers"] is not None:
+            raise _fail(path, f"$.columns[{i}]", f"{name!r} is a captured key with layers, not a column")
+    if len(set(columns)) != len(columns):
+        raise _fail(path, "$.columns", "a column is listed twice")
+
+
+def text_columns(index: dict[str, Any]) -> list[str]:
+    """The carried columns stored as text (in each shard's metadata): those that are not a stored tensor."""
+    return [name for name in index.get("columns", []) if name not in index["keys"]]
+
+
+def shard_texts(header: dict[str, Any], index: dict[str, Any], number: int, path: Path) -> dict[str, list[str]]:
+    """The text columns of shard `number` (`header` is its safetensors header, already read under the folder
+    rule): one string per row of the shard for each text column the index lists; an ExtractError otherwise."""
+    names = text_columns(index)
+    if not names:
+        return {}
+    rows = index["shards"][number]["rows"]
+    field = (header.get("__metadata__") or {}).get(TEXTS_FIELD)
+    texts = parse_json(field.encode("utf-8"), path, "shard's text columns") if isinstance(field, str) else None
+    if not isinstance(texts, dict):
+        raise ExtractError(f"{path}: holds no text columns, but {_index_of(path)} lists {names}; extract again")
+    for name in names:
+        values = texts.get(name)
+        if not isinstance(values, list) or len(values) != rows or not all(isinstance(v, str) for v in values):
+            raise ExtractError(
+                f"{path}: text column {name!r} is not {rows} string(s), one per row of the shard, as "
+                f"{_index_of(path)} says (shard {number}); extract again"
+            )
+    return {name: texts[name] for name in names}
 
 
 def check_shard_header(header: dict[str, Any], index: dict[str, Any], number: int, path: Path) -> None:

@@ -22,7 +22,7 @@ import torch
 from .._folder import read_json, safetensors_header
 from ..errors import did_you_mean
 from ._index import DTYPES, INDEX_FILE, MAX_INDEX_BYTES, ExtractError, tensor_name
-from ._index_check import check_index, check_shard_header
+from ._index_check import check_index, check_shard_header, shard_texts, text_columns
 
 __all__ = ["Activations", "open_activations"]
 
@@ -32,7 +32,9 @@ class Activations:
 
     `acts.keys()`, `acts.layers(key)`, `acts.shape(key)` and `acts.dtype(key)` read no data;
     `acts.get(key, layer, rows)` returns one layer's rows; `acts.get(key, rows=...)` with `layer=None`
-    stacks every kept layer into `[n_layers, rows, ...]`. `index` is the parsed `index.json`.
+    stacks every kept layer into `[n_layers, rows, ...]`. `acts.columns()` names the data columns
+    carried beside the captures (`extract(columns=...)`) and `acts.column(name, rows)` reads one: a
+    tensor, or a list of `str` for a text column. `index` is the parsed `index.json`.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -58,6 +60,8 @@ class Activations:
             total += rows
         self._starts, self._rows = starts, total
         self._open: dict[int, Any] = {}
+        self._texts: dict[int, dict[str, list[str]]] = {}  # per opened shard, its text columns
+        self._text_columns = text_columns(self.index)
 
     def __len__(self) -> int:
         return self._rows
@@ -71,7 +75,27 @@ class Activations:
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
 
+    def columns(self) -> list[str]:
+        """The data columns carried beside the captures (`extract(columns=...)`), in the order given."""
+        return list(self.index.get("columns", []))
+
+    def column(self, name: str, rows: slice | range | None = None) -> torch.Tensor | list[str]:
+        """Rows `rows` (default: all) of the carried data column `name`: a tensor, or one `str` per row for
+        a column of text."""
+        if name not in self.columns():
+            raise KeyError(f"{name!r} is not a carried column; columns: {self.columns()}{did_you_mean(name, self.columns())}")
+        if name not in self._text_columns:
+            return self.get(name, rows=rows)
+        start, stop = self._row_range(rows)
+        texts: list[str] = []
+        for shard, first, end in self._pieces(start, stop):
+            self._shard(shard)
+            texts.extend(self._texts[shard][name][first:end])
+        return texts
+
     def _entry(self, key: str) -> dict[str, Any]:
+        if key in self._text_columns:
+            raise KeyError(f"{key!r} is a column of text, not a tensor: read it with column({key!r}).")
         if key not in self._keys:
             raise KeyError(f"{key!r} was not extracted; keys: {list(self._keys)}{did_you_mean(key, self._keys)}")
         return self._keys[key]
@@ -153,6 +177,7 @@ class Activations:
             name = self._files[number]
             header = safetensors_header(self.directory, name, what="activation shard")
             check_shard_header(header, self.index, number, self.directory / name)
+            self._texts[number] = shard_texts(header, self.index, number, self.directory / name)
             try:
                 handle = self._open[number] = safe_open(str(self.directory / name), framework="pt")
             except (SafetensorError, OSError) as e:
@@ -164,6 +189,7 @@ class Activations:
     def close(self) -> None:
         """Forget the open shards (their memory maps are released once no tensor read from them remains)."""
         self._open.clear()
+        self._texts.clear()
 
     def __enter__(self) -> Activations:
         return self

@@ -18,10 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..engine import attached_spec
+from ..engine import attached_spec, shared_warning
 from ..spec import Spec, load_spec, spec_from_model
 from ..tracing import trace
 from ..errors import ExtractInterrupted
+from ._columns import add_columns, check_columns, split_columns
 from ._index import INDEX_FILE, ExtractError, build_index, dtype_code, fingerprint, tensor_name, write_json_atomically
 from ._lock import FolderLock
 from ._progress import Progress
@@ -212,6 +213,7 @@ def extract(
     data: Mapping[str, Any] | None = None,
     max_pending: int = 1,
     fingerprint_weights: bool = False,
+    columns: Sequence[str] = (),
 ) -> Activations:
     """Run `model` over `batches` under `trace(model, spec)` and write every capture to `out_dir`.
 
@@ -236,6 +238,9 @@ def extract(
             holds about `(max_pending + 2) * shard_bytes` of captures at most.
         fingerprint_weights: make the model's weights (a hash of every parameter and buffer) part of
             what makes two runs the same run, so `resume` refuses a folder written with other weights.
+        columns: batch dict entries that are data, not model inputs (`labels`, `id`): taken out of each
+            batch before the forward and stored beside the captures, one value per row (a tensor, or a
+            list of numbers or strings); `Activations.column(name)` reads them back.
 
     The output folder is locked for the whole run: a second `extract` on it fails at once, naming the
     process that holds it. An interrupt (`KeyboardInterrupt`) stops within a bounded time and leaves only
@@ -247,6 +252,7 @@ def extract(
         raise ValueError(f"shard_bytes must be a positive number of bytes, got {shard_bytes!r}.")
     directory = output_folder(Path(out_dir))
     rank, world = _world()
+    columns = check_columns(columns, inputs)
     if isinstance(spec, (str, os.PathLike)):
         spec = load_spec(spec, for_model=model)
     with trace(model, spec, outputs=outputs):  # an unknown key or a spec that does not apply fails here
@@ -265,6 +271,7 @@ def extract(
         "data": dict(data) if data is not None else None,
         "world_size": world,
         "shard_bytes": shard_bytes,
+        **({"columns": list(columns)} if columns else {}),
     }
     run_id = fingerprint(run)
     with FolderLock(directory, rank):
@@ -277,7 +284,7 @@ def extract(
             directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending
         )
         try:
-            count = _run_batches(model, spec, outputs, inputs, schedule, writer, expected, reporter)
+            count = _run_batches(model, spec, outputs, inputs, columns, schedule, writer, expected, reporter)
         except BaseException as e:
             writer.abort()
             if reporter is not None:
@@ -296,22 +303,26 @@ def _run_batches(
     spec: Any,
     outputs: Any,
     inputs: Sequence[str],
+    columns: tuple[str, ...],
     schedule: _Schedule,
     writer: ShardWriter,
     expected: Layout | None,
     reporter: Progress | None,
 ) -> int:
     """The model loop: capture each of this rank's batches, check its layout, hand it to the writer.
-    Returns the number of batches in the input."""
+    `columns` are taken out of each batch and stored beside its captures. Returns the number of batches
+    in the input."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    with torch.inference_mode():
+    with torch.inference_mode(), shared_warning():  # one padding warning per run, not per batch's trace
         for index, batch in schedule:
+            batch, carried, texts = split_columns(batch, columns, index, _rows_of)
             tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index)
+            add_columns(tensors, carried, texts)
             layout = _layout(tensors)
             expected = expected or layout
             _check_layout(layout, expected, index)
             rows = _rows_of(batch)
-            writer.put(index, rows, tensors)
+            writer.put(index, rows, tensors, texts)
             if reporter is not None:
                 reporter.update(1, rows)
     if not schedule.count:

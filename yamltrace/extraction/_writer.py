@@ -23,14 +23,24 @@ from typing import Any, BinaryIO
 
 import torch
 
-from ._index import BATCHES_FIELD, KEYS_FIELD, RUN_FIELD, ExtractError, create_temporary, dtype_code, fsync_directory, shard_name
+from ._index import (
+    BATCHES_FIELD,
+    KEYS_FIELD,
+    RUN_FIELD,
+    TEXTS_FIELD,
+    ExtractError,
+    create_temporary,
+    dtype_code,
+    fsync_directory,
+    shard_name,
+)
 
 __all__ = ["ShardWriter", "write_safetensors", "ABORT_WAIT"]
 
 ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two tensors of a shard)
 _POLL = 0.1  # seconds between two looks at the queue or the thread
 _DONE = object()
-_Item = tuple[int, int, dict[str, torch.Tensor]]  # (batch index, rows, {name: tensor})
+_Item = tuple[int, int, dict[str, torch.Tensor], dict[str, list[str]]]  # (batch index, rows, {name: tensor}, {column: texts})
 
 
 class _Abandoned(Exception):
@@ -62,11 +72,13 @@ class ShardWriter:
         self._thread = threading.Thread(target=self._work, name=f"yamltrace-shard-writer-{rank}", daemon=True)
         self._thread.start()
 
-    def put(self, batch: int, rows: int, tensors: dict[str, torch.Tensor]) -> None:
-        """Add one batch's tensors (rows along dimension 0); waits while `max_pending` shards are queued."""
+    def put(self, batch: int, rows: int, tensors: dict[str, torch.Tensor], texts: dict[str, list[str]] | None = None) -> None:
+        """Add one batch's tensors (rows along dimension 0) and text columns (one string per row); waits
+        while `max_pending` shards are queued."""
         self._raise_if_failed()
-        self._filling.append((batch, rows, tensors))
+        self._filling.append((batch, rows, tensors, texts or {}))
         self._size += sum(t.numel() * t.element_size() for t in tensors.values())
+        self._size += sum(len(text.encode("utf-8")) for values in (texts or {}).values() for text in values)
         if self._size >= self.shard_bytes:
             self._hand_over()
 
@@ -130,9 +142,11 @@ class ShardWriter:
     def _write(self, buffered: list[_Item]) -> None:
         metadata = {
             RUN_FIELD: self.run,
-            BATCHES_FIELD: json.dumps([[batch, rows] for batch, rows, _ in buffered]),
+            BATCHES_FIELD: json.dumps([[batch, rows] for batch, rows, _, _ in buffered]),
             KEYS_FIELD: json.dumps(list(buffered[0][2])),  # safetensors lists names sorted; this keeps capture order
         }
+        if buffered[0][3]:
+            metadata[TEXTS_FIELD] = json.dumps({name: [t for item in buffered for t in item[3][name]] for name in buffered[0][3]})
         final = self.directory / shard_name(self.rank, self.seq)
         fd, temporary = create_temporary(self.directory, final.name)
         try:

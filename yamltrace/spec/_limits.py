@@ -10,12 +10,13 @@ refuse the same specs.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._recorder_fields import MAX_RECORDER_INDEX, RECORDER_FIELDS, default_index
+from .._recorder_fields import EDIT_FIELDS, MAX_RECORDER_INDEX, PADDING_POSITIONS, RECORDER_FIELDS, RecorderField, default_index
 from ._walk import Site, document_sections, sites
 
 __all__ = [
@@ -31,11 +32,18 @@ __all__ = [
     "MAX_RECORDER_INDEX",
     "MAX_RECORDERS",
     "MAX_RECORDERS_PER_KEY",
+    "MAX_INTERVENTIONS",
+    "MAX_TENSOR_FILES",
+    "MAX_TENSOR_FILE_BYTES",
+    "MAX_TENSOR_BYTES",
+    "MAX_TENSOR_HEADER_BYTES",
     "HIDDEN_LINE_BREAKS",
     "RESERVED_OUTPUT_KEYS",
     "Budget",
     "size_issues",
     "recorder_issues",
+    "intervention_issues",
+    "intervention_sites",
     "unique_key",
 ]
 
@@ -53,6 +61,14 @@ MAX_INTEGER_DIGITS = 18  # digits of one integer (anything longer is no index or
 MAX_EXTENDS_DEPTH = 16  # files in an `extends` chain, the first included
 MAX_RECORDERS = 64  # recorders of a spec, root and scopes together (each one is a capture per forward)
 MAX_RECORDERS_PER_KEY = 16  # recorders of one output key
+MAX_INTERVENTIONS = 64  # interventions of a spec (each one is an edit per hooked module per forward)
+# `{tensor: FILE.safetensors:NAME}` values: distinct files a spec reads, the size of one file, and the bytes
+# of the tensors read, all files together (a steering vector is kilobytes; one layer's [1, 2048, 4096]
+# float32 activations are 32 MiB).
+MAX_TENSOR_FILES = 16
+MAX_TENSOR_FILE_BYTES = 1 << 30
+MAX_TENSOR_BYTES = 256 << 20
+MAX_TENSOR_HEADER_BYTES = 256 << 10  # the JSON header of one such file: about 3,000 tensors
 
 # Line breaks to YAML that most editors and diff viewers show inside one line: NEL, LS, PS.
 HIDDEN_LINE_BREAKS = {"\x85": "NEL (U+0085)", "\u2028": "LINE SEPARATOR (U+2028)", "\u2029": "PARAGRAPH SEPARATOR (U+2029)"}
@@ -138,6 +154,13 @@ def _targets(site: Site) -> list[tuple[tuple[str | int, ...], Any]]:
     return [((*site.path, "target"), target)]
 
 
+def intervention_sites(data: Mapping[str, Any]) -> list[Site]:
+    """Each intervention of a document as a `Site` (key: its name), for the checks recorders and edits share."""
+    interventions = data.get("interventions")
+    items = interventions.items() if isinstance(interventions, Mapping) else ()
+    return [Site("", str(name), 0, ("interventions", name), value) for name, value in items]
+
+
 def main_module_issues(data: Mapping[str, Any], fail: Issue) -> None:
     """Module names and class references under a `__main__` module (found without importing anything)."""
     imports = data.get("imports")
@@ -152,11 +175,11 @@ def main_module_issues(data: Mapping[str, Any], fail: Issue) -> None:
         reference = value.get("replace_with") if isinstance(value, Mapping) else value
         if _main_module(reference):
             fail(path, f"{reference!r} {_MAIN_MESSAGE}")
-    for section in document_sections(data):
-        for site in sites(section):
-            for path, reference in _targets(site):
-                if _main_module(reference):
-                    fail(path, f"{reference!r} {_MAIN_MESSAGE}")
+    recorders = [site for section in document_sections(data) for site in sites(section)]
+    for site in recorders + intervention_sites(data):
+        for path, reference in _targets(site):
+            if _main_module(reference):
+                fail(path, f"{reference!r} {_MAIN_MESSAGE}")
 
 
 def recorder_issues(data: Mapping[str, Any], fail: Issue) -> None:
@@ -182,18 +205,72 @@ def recorder_issues(data: Mapping[str, Any], fail: Issue) -> None:
             if first != site.position:
                 fail(site.path, f"output {site.key!r}: recorder {site.position} repeats recorder {first} (each would "
                      "capture the same tensors again); keep one")  # fmt: skip
-            _field_issues(site, fail)
+            _field_issues(site, RECORDER_FIELDS, fail)
 
 
-def _field_issues(site: Site, fail: Issue) -> None:
-    """The problems of each field of a recorder mapping (`RecorderField.check`), located below the field."""
+def _field_issues(site: Site, fields: tuple[RecorderField, ...], fail: Issue) -> None:
+    """The problems of each field of a recorder or intervention mapping (`RecorderField.check`), located below the field."""
     if not isinstance(site.value, Mapping):
         return
-    for field in RECORDER_FIELDS:
+    for field in fields:
         value = site.value.get(field.key)
         if value is not None and isinstance(value, field.types) and (bool in field.types or not isinstance(value, bool)):
             for below, message in field.check(value):
                 fail((*site.path, field.key, *below), message)
+
+
+def intervention_issues(data: Mapping[str, Any], fail: Issue) -> None:
+    """Interventions that would load but cannot run: too many, selector fields out of range, positions by
+    the attention mask, heads out of range, numbers that are not finite, an empty or reversed clamp, too
+    many tensor files."""
+    found = intervention_sites(data)
+    if len(found) > MAX_INTERVENTIONS:
+        fail(("interventions",), f"{len(found)} interventions are over the limit of {MAX_INTERVENTIONS} (MAX_INTERVENTIONS); "
+             "remove the ones you do not need")  # fmt: skip
+    files: set[str] = set()
+    for site in found:
+        if not isinstance(site.value, Mapping):
+            continue
+        _field_issues(site, EDIT_FIELDS, fail)
+        if site.value.get("positions") in PADDING_POSITIONS:
+            fail((*site.path, "positions"), f"positions {site.value['positions']} (by the attention mask) selects what a "
+                 "capture keeps, not what an edit changes; give positions as numbers ([-1]) or a slice ('-8:')")  # fmt: skip
+        for i, head in enumerate(site.value.get("heads") or ()):
+            if isinstance(head, int) and head > MAX_RECORDER_INDEX:
+                fail((*site.path, "heads", i), f"head {head} is out of range; use 0 .. {MAX_RECORDER_INDEX}")
+        _number_issues(site, fail)
+        reference = next((v.get("tensor") for v in map(site.value.get, ("add", "set")) if isinstance(v, Mapping)), None)
+        if isinstance(reference, str) and reference.partition(":")[0] not in files:
+            files.add(reference.partition(":")[0])
+            if len(files) == MAX_TENSOR_FILES + 1:
+                fail((*site.path, "add" if "add" in site.value else "set", "tensor"),
+                     f"the interventions read more than {MAX_TENSOR_FILES} tensor files (MAX_TENSOR_FILES); "
+                     "put the tensors in fewer safetensors files (one file holds many named tensors)")  # fmt: skip
+
+
+def _number_issues(site: Site, fail: Issue) -> None:
+    """Numbers of an operation that no edit should apply (NaN, infinities) and clamps that change nothing or everything."""
+    for op in ("add", "set", "scale", "clamp"):
+        value = site.value.get(op)
+        numbers = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
+        for i, number in numbers:
+            if isinstance(number, float) and not math.isfinite(number):
+                where = (*site.path, op) if i is None else (*site.path, op, i)
+                fail(where, f"{number} is not a finite number; an edit takes finite values (write null for no clamp bound)")
+    clamp = site.value.get("clamp")
+    if isinstance(clamp, list) and len(clamp) == 2:
+        low, high = clamp
+        if low is None and high is None:
+            fail(
+                (*site.path, "clamp"),
+                "clamp [null, null] changes nothing; give a low or a high bound, or remove the intervention",
+            )
+        elif _number(low) and _number(high) and low > high:
+            fail((*site.path, "clamp"), f"clamp [{low}, {high}]: low is above high; write [{high}, {low}]")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _recorder_key(site: Site) -> str:

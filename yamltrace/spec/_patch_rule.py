@@ -100,7 +100,7 @@ class PatchRule:
 
 
 def retarget_spec(spec: Spec, rule: PatchRule) -> Spec:
-    """The spec whose recorders, at the root and in every scope, hook the rule's replacements."""
+    """The spec whose recorders, at the root and in every scope, and interventions hook the rule's replacements."""
     if not rule:
         return spec
 
@@ -108,7 +108,8 @@ def retarget_spec(spec: Spec, rule: PatchRule) -> Spec:
         return {key: tuple(rule.retarget(r) for r in recorders) for key, recorders in outputs.items()}
 
     scopes = {path: dataclasses.replace(scope, outputs=section(scope.outputs)) for path, scope in spec.scopes.items()}
-    return dataclasses.replace(spec, outputs=section(spec.outputs), scopes=scopes)
+    edits = tuple(dataclasses.replace(iv, select=rule.retarget(iv.select)) for iv in spec.interventions)
+    return dataclasses.replace(spec, outputs=section(spec.outputs), scopes=scopes, interventions=edits)
 
 
 def model_swaps(model: nn.Module) -> dict[type, type]:

@@ -26,7 +26,10 @@ from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_,
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "MERGED_SECTIONS", "Location", "SpecDocument", "names_file", "read_spec_document"]
 
 # Top-level sections that `extends` merges per key; every other key is replaced by the extending file.
-MERGED_SECTIONS = ("outputs", "options", "patches", "scopes")
+MERGED_SECTIONS = ("outputs", "options", "patches", "scopes", "interventions")
+# Sections whose order is meaningful and follows the base: interventions apply in the order written, so
+# the base's come first (one the extending file redefines keeps its place), then the extending file's new ones.
+BASE_ORDER_SECTIONS = ("interventions",)
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,10 @@ def _merge(base: Part, child: Part) -> Part:
     for key in [*child.data, *(k for k in base.data if k not in child.data)]:
         if merges(key):
             ours = child.data[key]
-            merged.data[key] = {**ours, **{k: v for k, v in base.data[key].items() if k not in ours}}
+            if key in BASE_ORDER_SECTIONS:
+                merged.data[key] = {**base.data[key], **ours}
+            else:
+                merged.data[key] = {**ours, **{k: v for k, v in base.data[key].items() if k not in ours}}
         else:
             merged.data[key] = (child if key in child.data else base).data[key]
 

@@ -15,9 +15,10 @@ from typing import Any
 from torch import nn
 
 from .. import specs
-from .._recorder_fields import RECORDER_FIELDS, default_index
+from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, default_index
 from ..engine import OutputRecorder
 from ..errors import MAX_ISSUES, SpecError, SpecIssue
+from ._interventions import InterventionReader
 from ._load_cache import spec_loads
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument, names_file
 from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
@@ -93,6 +94,7 @@ class _Resolver:
         outputs = resolved.get("", {})
         scopes = {path: SpecScope(resolved[path], value.get("options", {})) for path, value in data.get("scopes", {}).items()}
         patches = [self.patch(pattern, value) for pattern, value in data.get("patches", {}).items()]
+        interventions = InterventionReader(self.document, self.selector, self.fail).interventions()
         if self.issues:
             raise SpecError(self.issues)
         return Spec(
@@ -103,6 +105,7 @@ class _Resolver:
             model=data.get("model"),
             imports=tuple(data.get("imports", [])),
             scopes=scopes,
+            interventions=interventions,
             locations=self.locations,
         )
 
@@ -152,18 +155,25 @@ class _Resolver:
         classes = [self.resolve(t, (*site.path, "target", i)) for i, t in enumerate(target)]
         return tuple(c for c in classes if c is not None) if all(classes) else None
 
-    def recorder(self, site: Site) -> OutputRecorder | None:
-        """A class reference (default index for its key) or a recorder mapping, as an OutputRecorder."""
+    def recorder(self, site: Site, *, edit: bool = False) -> OutputRecorder | None:
+        """A class reference (default index for its key) or a recorder mapping, as an OutputRecorder; with
+        `edit`, an intervention's selector (its fields only, index 0 by default)."""
         value = site.value if isinstance(site.value, Mapping) else {"target": site.value}
         target = self.targets(site)
         if target is None and "target" in value:
             return None
-        fields = {f.name: value[f.key] for f in RECORDER_FIELDS if f.key in value and f.name != "target_class"}
+        table = EDIT_FIELDS if edit else RECORDER_FIELDS
+        fields = {f.name: value[f.key] for f in table if f.key in value and f.name != "target_class"}
+        index = 0 if edit else default_index(site.key)
         try:
-            return OutputRecorder(target_class=target, **{"index": default_index(site.key), **fields})
+            return OutputRecorder(target_class=target, **{"index": index, **fields})
         except (TypeError, ValueError) as e:
             self.fail(site.path, str(e))
             return None
+
+    def selector(self, site: Site) -> OutputRecorder | None:
+        """An intervention's selector, as the recorder that would capture what it edits."""
+        return self.recorder(site, edit=True)
 
     def patch(self, pattern: str, value: str | dict[str, Any]) -> PatchEntry | None:
         """One patch entry: the replacement must be an nn.Module subclass (patterns are checked with the schema)."""
@@ -197,11 +207,13 @@ def load_spec(
         max_bytes: the largest spec file accepted.
         registry: the class registry to resolve names with (default: the default registry).
 
-    Returns the immutable `Spec` (`outputs`: key -> tuple of `OutputRecorder`; `scopes`; `patches`).
+    Returns the immutable `Spec` (`outputs`: key -> tuple of `OutputRecorder`; `scopes`; `patches`;
+    `interventions`, whose `{tensor: FILE.safetensors:NAME}` values are read from the spec file's folder).
     A file or `builtin:` name is read and resolved once per content: a later load with the same
     arguments returns the same `Spec` while its files hold the same bytes (`_load_cache`).
     Raises `SpecError` with every problem (schema, unknown classes with the closest names, imports
-    refused without `trust_imports`, bad patterns, a `model:` mismatch), each located.
+    refused without `trust_imports`, bad patterns, a `model:` mismatch, tensor files missing, unsafe or
+    over their caps), each located.
     """
     if isinstance(source, Spec):
         return source

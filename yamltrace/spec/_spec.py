@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from .._recorder_fields import RECORDER_FIELDS, default_index
-from ..engine import CaptureMap, Intervention, OutputRecorder, normalize_output_map
+from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, RecorderField, default_index
+from ..engine import CaptureMap, Intervention, OutputRecorder, RuntimeValue, normalize_output_map
 from ..errors import SpecIssue, format_json_path
 from ._registry import ClassRegistry, default_registry
 from ._schema import SCHEMA_ID
@@ -66,9 +66,9 @@ class Spec:
     `outputs` accepts anything a `_can_record_outputs` map accepts and stores read-only tuples of
     `OutputRecorder`; they apply to the whole model (the root scope). `scopes` maps a submodule path
     (`model`, `model.encoder`) to the `SpecScope` of its subtree. `interventions` are the edits to
-    apply, in declaration order (`engine.Intervention`). `source` (the file it came from) and
-    `locations` (where each recorder is written: `(scope path, key, position)` -> a `SpecIssue`
-    without message) do not take part in equality.
+    apply, in declaration order (`engine.Intervention`; tensor values compare by value). `source` (the
+    file it came from) and `locations` (where each recorder is written: `(scope path, key, position)`
+    -> a `SpecIssue` without message) do not take part in equality. A Spec is hashable.
     """
 
     outputs: Mapping[str, tuple[OutputRecorder, ...]]
@@ -107,6 +107,12 @@ class Spec:
         ):
             object.__setattr__(self, name, value)
 
+    def __hash__(self) -> int:
+        # Over what equality compares, mappings by their items (recorders) or keys (options, scopes), so that
+        # equal specs hash equal; an intervention's tensor value hashes by its dtype and shape.
+        return hash((tuple(self.outputs.items()), self.patches, tuple(self.options), self.model, self.imports,
+                     tuple(self.scopes), self.interventions))  # fmt: skip
+
     def where(self, scope: str, key: str, position: int) -> SpecIssue:
         """Where the recorder at `position` of `key` (in `scope`, "" for `outputs`) is written."""
         found = self.locations.get((scope, key, position))
@@ -127,6 +133,8 @@ class Spec:
         """The spec as YAML that `load_spec` reads back to an equal Spec; classes are written `module:Qualname`.
 
         A class defined inside a function is written by its registered name; `ValueError` if it has none.
+        A tensor value of an intervention is written as the `FILE.safetensors:NAME` it was read from, so
+        the YAML reads back equal from a file in that folder; `ValueError` for a tensor read from no file.
         """
         registry = registry or default_registry
         document: dict[str, Any] = {"yamltrace": 1}
@@ -149,6 +157,8 @@ class Spec:
                 p.pattern: {"replace_with": p.replace_with, "device": p.device} if p.device else p.replace_with
                 for p in self.patches
             }
+        if self.interventions:
+            document["interventions"] = {edit.name: _intervention_to_data(edit, registry) for edit in self.interventions}
         body = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=120)
         return f"# yaml-language-server: $schema={SCHEMA_ID}\n{body}"
 
@@ -185,21 +195,65 @@ def _target_to_data(recorder: OutputRecorder, registry: ClassRegistry) -> str | 
 def _recorder_to_data(key: str, recorder: OutputRecorder, registry: ClassRegistry) -> str | dict[str, Any]:
     """A recorder as YAML data: a bare class reference when every field has its default, else an object
     with the fields that differ from their defaults (`RECORDER_FIELDS`)."""
+    if recorder.target_class is not None and recorder.class_name is None:
+        target = _target_to_data(recorder, registry)
+        if isinstance(target, str) and recorder == OutputRecorder(target_class=recorder.target_class, index=default_index(key)):
+            return target
+    return _selector_to_data(f"Output {key!r}", recorder, registry, RECORDER_FIELDS, default_index(key))
+
+
+def _selector_to_data(
+    label: str, recorder: OutputRecorder, registry: ClassRegistry, fields: tuple[RecorderField, ...], index: int
+) -> dict[str, Any]:
+    """A recorder mapping: its modules (target or class_name), its index (or input), then the `fields`
+    that differ from their defaults; `ValueError` for a field set outside `fields` (no spec key holds it)."""
     if recorder.target_class is not None and recorder.class_name is not None:
         raise ValueError(
-            f"Output {key!r}: a recorder with both target_class and class_name cannot be written to YAML; "
-            "split it into two recorders."
+            f"{label}: a recorder with both target_class and class_name cannot be written to YAML; split it into two."
         )
     target = None if recorder.target_class is None else _target_to_data(recorder, registry)
-    if isinstance(target, str) and recorder == OutputRecorder(target_class=recorder.target_class, index=default_index(key)):
-        return target
     data: dict[str, Any] = {"target": target} if target is not None else {"class_name": recorder.class_name}
     if recorder.input is None:
         data["index"] = recorder.index
-    elif recorder.index != default_index(key):
-        raise ValueError(f"Output {key!r}: a recorder that records an input cannot also set index={recorder.index}.")
+    elif recorder.index != index:
+        raise ValueError(f"{label}: a recorder that records an input cannot also set index={recorder.index}.")
     for recorder_field in RECORDER_FIELDS:
         value = getattr(recorder, recorder_field.name)
-        if recorder_field.name not in _WRITTEN_APART and recorder_field.key not in data and value != recorder_field.default:
-            data[recorder_field.key] = recorder_field.write(value)
+        if recorder_field.name in _WRITTEN_APART or recorder_field.key in data or value == recorder_field.default:
+            continue
+        if recorder_field not in fields:
+            raise ValueError(
+                f"{label}: {recorder_field.key}={value!r} does not apply here, so YAML cannot hold it; leave it at its default."
+            )
+        data[recorder_field.key] = recorder_field.write(value)
     return data
+
+
+def _intervention_to_data(edit: Intervention, registry: ClassRegistry) -> dict[str, Any]:
+    """An intervention as YAML data: its selector, heads, then its one operation and value."""
+    data = _selector_to_data(f"Intervention {edit.name!r}", edit.select, registry, EDIT_FIELDS, 0)
+    if edit.heads is not None:
+        data["heads"] = list(edit.heads)
+    if edit.head_dim is not None:
+        data["head_dim"] = edit.head_dim
+    data[edit.operation] = _edit_value_to_data(edit)
+    return data
+
+
+def _edit_value_to_data(edit: Intervention) -> Any:
+    """An operation's value as written in a spec (a tensor as the file reference it was read from)."""
+    value = edit.value
+    if edit.operation == "zero":
+        return True
+    if isinstance(value, RuntimeValue):
+        return {"value": value.name}
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if edit.reference is None:
+        raise ValueError(
+            f"Intervention {edit.name!r}: its tensor value was read from no file, so YAML cannot hold it; save it "
+            "with safetensors beside the spec and write {tensor: FILE.safetensors:NAME}, or pass it with {value: NAME}."
+        )
+    return {"tensor": edit.reference}

@@ -155,24 +155,49 @@ def test_concurrent_installs_and_removals_leave_nothing_behind() -> None:
     assert not any("forward" in m.__dict__ for m in modules)
 
 
-def test_listeners_see_inputs_after_pre_hooks_and_outputs_before_forward_hooks() -> None:
+def test_listeners_see_inputs_after_pre_hooks_and_outputs_after_forward_hooks() -> None:
+    # What the caller receives: a forward hook of someone else's (a steering hook) is seen.
     module, log = Scale(), []
     module.register_forward_pre_hook(lambda m, args: (args[0] + 1,))
-    module.register_forward_hook(lambda m, args, output: output * 100)
+    foreign = module.register_forward_hook(lambda m, args, output: output * 100)
     handle = intercept([(module, recorder(log), None)])
     returned = module(torch.ones(1))
     handle.remove()
     ((_, args, _, output),) = log
     assert torch.equal(args[0], torch.tensor([2.0]))  # the pre-hook's input
-    assert torch.equal(output, torch.tensor([4.0]))  # the forward's own output
-    assert torch.equal(returned, torch.tensor([400.0]))  # the caller still gets the hook's
+    assert torch.equal(output, torch.tensor([400.0]))  # what the forward hook returned
+    assert torch.equal(returned, torch.tensor([400.0]))
+    assert list(module._forward_hooks) == [foreign.id] and "forward" not in module.__dict__
+
+
+def test_a_module_without_forward_hooks_takes_no_hook_and_the_fast_forward() -> None:
+    module, log = Scale(), []
+    handle = intercept([(module, recorder(log), None)])
+    assert not module._forward_hooks and module.__dict__["forward"].__func__.__name__ == "forward"
+    module(torch.ones(1))
+    handle.remove()
+    assert len(log) == 1 and "forward" not in module.__dict__
+
+
+def test_edits_change_what_the_module_receives_and_returns_before_listeners_see_it() -> None:
+    module, log = Scale(), []
+    inputs = lambda args, kwargs: ((args[0] * 10,), kwargs)  # noqa: E731
+    outputs = lambda output: output + 1  # noqa: E731
+    handle = intercept([(module, recorder(log), None)], edits=[(module, "inputs", inputs), (module, "outputs", outputs)])
+    returned = module(torch.ones(1))
+    assert module.__dict__["forward"].__func__.__name__ == "edited"
+    handle.remove()
+    ((_, args, _, output),) = log
+    assert torch.equal(args[0], torch.tensor([10.0])) and torch.equal(output, torch.tensor([21.0]))
+    assert torch.equal(returned, output) and "forward" not in module.__dict__
+    assert torch.equal(module(torch.ones(1)), torch.tensor([2.0]))
 
 
 def test_frames_wrap_the_forward_and_its_listeners_and_exit_in_reverse_also_on_errors() -> None:
     module, log = Scale(), []
 
     def frame(name: str):
-        def enter():
+        def enter(args, kwargs):
             log.append(("enter", name))
             return name
 

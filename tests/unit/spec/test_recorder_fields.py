@@ -37,7 +37,7 @@ def test_every_field_set_in_a_spec_is_written_back_and_reads_back_equal() -> Non
     recorder = {
         "target": "yamltrace.examples.tiny:TinyDecoderLayer", "index": 2, "layer_name": "layers",
         "capture_initial_hidden_state": False, "num_hidden_layers_key": "n_layer", "layers": [0, -1], "detach": True,
-        "to": "cpu", "dtype": "bfloat16", "positions": "-8:", "seq_dim": 2, "optional": True,
+        "to": "cpu", "dtype": "bfloat16", "positions": "-8:", "seq_dim": 2, "optional": True, "mask": "decoder_attention_mask",
     }  # fmt: skip
     spec = load_spec({"yamltrace": 1, "outputs": {"hidden_states": recorder}})
     (read,) = spec.outputs["hidden_states"]

@@ -97,9 +97,23 @@ def test_schema_is_valid_draft_2020_12_with_id() -> None:
     assert schema["title"] and schema["description"]
 
 
+def _shared(schema: dict[str, Any], prop: dict[str, Any]) -> dict[str, Any]:
+    """A property written as a `$ref` to another mapping's property (an intervention's selector fields
+    are the recorder's) is documented where it points."""
+    ref = prop.get("$ref", "")
+    if "/properties/" not in ref:
+        return prop
+    node: Any = schema
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return {**node, **prop}
+
+
 def test_every_property_has_title_description_and_examples() -> None:
     schema = load_schema()
-    properties = [(name, prop) for node in _subschemas(schema) for name, prop in node.get("properties", {}).items()]
+    properties = [
+        (name, _shared(schema, prop)) for node in _subschemas(schema) for name, prop in node.get("properties", {}).items()
+    ]
     assert len(properties) > 15
     for name, prop in properties:
         assert prop.get("title") and prop.get("description"), name

@@ -1,0 +1,337 @@
+"""What an intervention does to one module's values (`Edit`), which modules it edits (`plan_edits`),
+and edits put on the modules' interceptors (`install_edits`).
+
+An edit builds new tensors (out-of-place ops only), so autograd sees it: a value that requires grad
+gets gradients, and the module's own tensor is never written. A region (`positions` along `seq_dim`,
+`heads` of the last dimension) is taken with `index_select`, edited, and put back with the
+out-of-place `index_copy`. A value applies by torch's broadcasting to the region, which must keep the
+region's shape (a vector is along the last dimension); a value with the whole tensor's shape (a
+capture of another run) is cut like the tensor; with one position, a value may leave the sequence
+dimension out (`[batch, hidden]`). Anything else is a located `SpecError` at the call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+from torch.compiler import is_compiling
+
+from ..errors import PositionError, SpecError, SpecIssue
+from ._collector import session_records
+from ._edit import Intervention, RuntimeValue
+from ._intercept import INPUTS, OUTPUTS, Interception, intercept
+from ._plan import plan_hooks
+from ._positions import InputSource, positions_index
+from ._selection import position_counter, resolve_positions
+from ._session import config_attribute
+
+__all__ = ["Edit", "EditRow", "install_edits", "plan_edits", "edit_issue"]
+
+_KEY = "intervention"  # the key an intervention's selector is planned under (never `hidden_states`)
+
+
+def edit_issue(intervention: Intervention, message: str) -> SpecIssue:
+    """The issue `message` located where the intervention is written (`$.interventions.NAME`)."""
+    if intervention.where is not None:
+        return dataclasses.replace(intervention.where, message=message)
+    return SpecIssue(message, f"$.interventions.{intervention.name}")
+
+
+class Edit:
+    """One intervention on one module (dotted `path`): `output(output)` or `inputs(args, kwargs)`
+    returns what the module returns or receives, edited. `value` is this module's (a float, a tensor,
+    `(low, high)` or None); `heads` is the number of heads the last dimension splits into (with
+    `head_dim`, from the tensor's size)."""
+
+    __slots__ = ("iv", "path", "value", "index", "source", "positions", "seq_dim", "split", "heads", "_apply", "_cache", "_fits")
+
+    def __init__(self, intervention: Intervention, path: str, value: Any, heads: int | None) -> None:
+        select = intervention.select
+        self.iv, self.path, self.value, self.heads = intervention, path, value, heads
+        self.split = intervention.heads is not None  # the edit keeps to some heads
+        self.index = select.index
+        self.source = None if select.input is None else InputSource(select.input, select.target_class)
+        self.positions, self.seq_dim = select.positions, select.seq_dim
+        self._apply: Callable[[torch.Tensor, Any], torch.Tensor] = getattr(self, f"_{intervention.operation}")
+        self._cache: dict[tuple[Any, ...], Any] = {}  # converted values and index tensors
+        self._fits: set[tuple[Any, ...]] = set()  # (value shape, region shape) pairs checked
+
+    def error(self, message: str) -> SpecError:
+        where = self.path.lstrip(".") or "<root>"
+        return SpecError([edit_issue(self.iv, f"intervention {self.iv.name!r}, module {where}: {message}")])
+
+    def output(self, output: Any) -> Any:
+        """The module's output with the selected element (`index` of a tuple, else all) edited."""
+        if not isinstance(output, tuple):
+            return self.tensor(output)
+        index = self.index
+        if not -len(output) <= index < len(output) or output[index] is None:
+            got = "None" if -len(output) <= index < len(output) else f"a tuple of {len(output)}"
+            raise self.error(
+                f"element {index} of the output is to be edited, but the module returned {got} there; fix the index."
+            )
+        index %= len(output)
+        items = output[:index] + (self.tensor(output[index]),) + output[index + 1 :]
+        return items if type(output) is tuple else type(output)(*items)
+
+    def inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The module's arguments with the selected one (`input`) edited."""
+        source: InputSource = self.source  # type: ignore[assignment]
+        try:
+            return source.put(self.path, args, kwargs, self.tensor(source.take(self.path, args, kwargs)))
+        except PositionError as e:
+            raise self.error(str(e)) from None
+
+    def tensor(self, t: Any) -> torch.Tensor:
+        """`t` edited: the whole tensor, or its region (module docstring)."""
+        if not isinstance(t, torch.Tensor):
+            raise self.error(f"it gives a {type(t).__name__}, not a tensor; select a tensor (index, input).")
+        value = self._matched(t)
+        if self.positions is None and not self.split:
+            return self._apply(t, self._checked(value, t))
+        full = isinstance(value, torch.Tensor) and value.dim() > 1 and value.shape == t.shape
+        view, steps = t, []
+        if self.positions is not None:
+            dim = self._seq(t)
+            steps.append((dim, self._positions(t.shape[dim], t.device)))
+        if self.split:
+            count = self._head_count(t)
+            view = t.reshape(t.shape[:-1] + (count, t.shape[-1] // count))
+            value = value.reshape(view.shape) if full else value
+            steps.append((view.dim() - 2, self._heads(count, t.device)))
+        one = self.positions is not None and len(steps[0][1]) == 1
+        if one and not full and isinstance(value, torch.Tensor) and 2 <= value.dim() == view.dim() - 1:
+            value = value.unsqueeze(steps[0][0])  # a value for one position, without the sequence dimension
+        edited = self._region(view, value, steps, full)
+        return edited.flatten(-2) if self.split else edited
+
+    def _region(self, x: torch.Tensor, value: Any, steps: list[tuple[int, torch.Tensor]], full: bool) -> torch.Tensor:
+        if not steps:
+            return self._apply(x, self._checked(value, x))
+        (dim, index), rest = steps[0], steps[1:]
+        part = self._region(x.index_select(dim, index), value.index_select(dim, index) if full else value, rest, full)
+        return x.index_copy(dim, index, part)
+
+    def _matched(self, t: torch.Tensor) -> Any:
+        """The value in `t`'s dtype and on its device (converted once per dtype and device, unless it
+        requires grad: then per call, so each call's graph is its own)."""
+        value = self.value
+        if not isinstance(value, torch.Tensor) or (value.dtype is t.dtype and value.device == t.device):
+            return value
+        if value.requires_grad:
+            return value.to(device=t.device, dtype=t.dtype)
+        return self._cached((t.dtype, t.device), lambda: value.to(device=t.device, dtype=t.dtype))
+
+    def _cached(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """`make()`, kept under `key` (not while dynamo traces: its sizes may be symbolic)."""
+        if is_compiling():
+            return make()
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = make()
+        return found
+
+    def _checked(self, value: Any, x: torch.Tensor) -> Any:
+        """`value`, when it broadcasts to `x` keeping `x`'s shape; else the located error."""
+        if not isinstance(value, torch.Tensor):
+            return value
+        compiling = is_compiling()
+        key = None if compiling else (value.shape, x.shape)
+        if key in self._fits:
+            return value
+        n = value.dim()
+        if n > x.dim() or any(a != 1 and a != b for a, b in zip(value.shape, x.shape[x.dim() - n :])):
+            region = "" if self.positions is None and not self.split else " selected"
+            raise self.error(
+                f"its value of shape {tuple(value.shape)} does not broadcast to the{region} values of shape "
+                f"{tuple(x.shape)} (a vector is along the last dimension); give a value of that shape."
+            )
+        if key is not None:
+            self._fits.add(key)
+        return value
+
+    def _seq(self, t: torch.Tensor) -> int:
+        if not -t.dim() <= self.seq_dim < t.dim():
+            raise self.error(
+                f"positions select along dim {self.seq_dim}, but the tensor has shape {tuple(t.shape)}; set seq_dim."
+            )
+        return self.seq_dim % t.dim()
+
+    def _positions(self, length: int, device: torch.device) -> torch.Tensor:
+        return self._cached(("positions", length, device), lambda: _index_tensor(self._picked(length), device))  # type: ignore[no-any-return]
+
+    def _picked(self, length: int) -> list[int]:
+        try:
+            picked = positions_index(self.positions, length)  # type: ignore[arg-type]
+        except PositionError as e:
+            raise self.error(str(e)) from None
+        if len(set(picked)) < len(picked):
+            raise self.error(f"positions {list(self.positions or ())} name position(s) twice in a sequence of {length}.")
+        return picked
+
+    def _head_count(self, t: torch.Tensor) -> int:
+        size, head_dim = t.shape[-1], self.iv.head_dim
+        count = size // head_dim if head_dim else self.heads
+        if not count or size % count or (head_dim and count * head_dim != size):
+            split = f"heads of {head_dim}" if head_dim else f"{count} heads"
+            raise self.error(f"its last dimension ({size}, shape {tuple(t.shape)}) does not split into {split}; set head_dim.")
+        return int(count)
+
+    def _heads(self, count: int, device: torch.device) -> torch.Tensor:
+        heads = self.iv.heads or ()
+        if not all(-count <= h < count for h in heads) or len({h % count for h in heads}) < len(heads):
+            raise self.error(f"heads {list(heads)} are not distinct heads of {count}.")
+        return self._cached(("heads", count, device), lambda: _index_tensor([h % count for h in heads], device))  # type: ignore[no-any-return]
+
+    # The operations, on a region `x` and this module's value.
+    def _zero(self, x: torch.Tensor, value: Any) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+    def _add(self, x: torch.Tensor, value: Any) -> torch.Tensor:
+        return torch.add(x, value)
+
+    def _set(self, x: torch.Tensor, value: Any) -> torch.Tensor:
+        if isinstance(value, torch.Tensor):
+            return value.expand(x.shape).clone(memory_format=torch.contiguous_format)
+        return torch.full_like(x, value)
+
+    def _scale(self, x: torch.Tensor, value: Any) -> torch.Tensor:
+        return torch.mul(x, value)
+
+    def _clamp(self, x: torch.Tensor, value: Any) -> torch.Tensor:
+        return x.clamp(*value)
+
+
+def _index_tensor(picked: list[int], device: torch.device) -> torch.Tensor:
+    # A normal tensor even under inference_mode: index_select saves its index for backward.
+    with torch.inference_mode(False):
+        return torch.tensor(picked, device=device)
+
+
+class EditRow(NamedTuple):
+    """One edited module of a plan: the module, its dotted path (leading dot), its `Edit`."""
+
+    module: nn.Module
+    path: str
+    edit: Edit
+
+
+def plan_edits(
+    root: nn.Module, interventions: Sequence[Intervention], values: Mapping[str, Any]
+) -> list[tuple[Intervention, list[EditRow]]]:
+    """For each intervention in order, the modules it edits: those its selector hooks (the recorder
+    rules, `plan_hooks`), in module order, kept by its `layers` (which count them, or the config's
+    layer count for negative ones), each with its value (`values[NAME]` for `{value: NAME}`: one
+    tensor for all, or a sequence of one per module). `SpecError` for a value missing or miscounted."""
+    config = getattr(root, "config", None)
+    planned = []
+    for iv in interventions:
+        rows = plan_hooks(root, [(_KEY, iv.select)], nested_maps=False)
+        if iv.select.layers is not None:
+            count = position_counter(config, {_KEY: len(rows)})(_KEY, iv.select)
+            kept = resolve_positions(iv.select.layers, count, f"intervention {iv.name!r}")
+            rows = [row for i, row in enumerate(rows) if i in kept]
+        per_module = _values(iv, len(rows), values)
+        edits = [
+            EditRow(module, path, Edit(iv, path, value, _heads(iv, module, config)))
+            for (module, path, _), value in zip(rows, per_module)
+        ]
+        planned.append((iv, edits))
+    return planned
+
+
+def _values(iv: Intervention, count: int, values: Mapping[str, Any]) -> list[Any]:
+    """The value of each of the `count` modules an intervention edits."""
+    value = iv.value
+    if isinstance(value, RuntimeValue):
+        if value.name not in values:
+            raise SpecError(
+                [
+                    edit_issue(
+                        iv, f"intervention {iv.name!r} takes {{value: {value.name}}}: pass values={{{value.name!r}: tensor}}."
+                    )
+                ]
+            )
+        given = values[value.name]
+        if isinstance(given, (list, tuple)):
+            if len(given) != count:
+                raise SpecError(
+                    [
+                        edit_issue(
+                            iv,
+                            f"values[{value.name!r}] holds {len(given)} tensors for the {count} modules intervention {iv.name!r} edits; give one per module, or one tensor for all.",
+                        )
+                    ]
+                )
+            return [_as_value(iv, v) for v in given]
+        value = given
+    if isinstance(value, tuple) and iv.operation in ("add", "set"):
+        value = torch.tensor(value)  # a vector along the last dimension
+    return [_as_value(iv, value)] * count
+
+
+def _as_value(iv: Intervention, value: Any) -> Any:
+    """`value`, when the operation can take it (a `SpecError` located at the intervention otherwise)."""
+    if iv.operation == "clamp":
+        if not isinstance(value, tuple) or len(value) != 2 or value == (None, None):
+            raise SpecError(
+                [edit_issue(iv, f"intervention {iv.name!r}: clamp takes [low, high], at most one of them null; got {value!r}.")]
+            )
+        return value
+    if iv.operation != "zero" and (not isinstance(value, (torch.Tensor, int, float)) or isinstance(value, bool)):
+        raise SpecError(
+            [
+                edit_issue(
+                    iv, f"intervention {iv.name!r}: its value is a {type(value).__name__}; give a number, a vector or a tensor."
+                )
+            ]
+        )
+    return value
+
+
+def _heads(iv: Intervention, module: nn.Module, config: Any) -> int | None:
+    """The number of heads an intervention with `heads` splits into: from `head_dim` at the call,
+    else the module's config's (or the model's) `num_attention_heads`."""
+    if iv.heads is None or iv.head_dim is not None:
+        return None
+    for owner in (getattr(module, "config", None), config):
+        count = config_attribute(owner, "num_attention_heads", None) if owner is not None else None
+        if isinstance(count, int) and count > 0:
+            return count
+    raise SpecError(
+        [
+            edit_issue(
+                iv, f"intervention {iv.name!r} selects heads, but the model's config has no num_attention_heads; set head_dim."
+            )
+        ]
+    )
+
+
+def install_edits(rows: Sequence[EditRow], session: Any) -> Interception:
+    """Put each row's edit on its module, in order: applied to calls `session` records (a block
+    session, `session_records`), or to every call with `session` None; remove with `.remove()`."""
+    edits = []
+    for module, _, edit in rows:
+        kind = OUTPUTS if edit.source is None else INPUTS
+        applied = edit.output if kind == OUTPUTS else edit.inputs
+        edits.append((module, kind, applied if session is None else _gated(applied, kind, session)))
+    return intercept([], (), edits)
+
+
+def _gated(applied: Callable[..., Any], kind: str, session: Any) -> Callable[..., Any]:
+    """`applied`, for calls `session` records; other calls pass through unchanged."""
+    if kind == OUTPUTS:
+
+        def output(output: Any) -> Any:
+            return applied(output) if session_records(session) else output
+
+        return output
+
+    def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return applied(args, kwargs) if session_records(session) else (args, kwargs)
+
+    return inputs

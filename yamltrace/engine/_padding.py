@@ -1,0 +1,320 @@
+"""Padding-aware token positions (`positions: last` / `first`) and the padding check of literal positions.
+
+A capture's *root call* is the call its hooks run inside: a step of a `trace` block (a call of the
+traced module) or a `capture_outputs` forward. Its attention mask, the argument `attention_mask`
+(or the one a recorder's `mask` names; by keyword, else at its place in the root forward's
+signature), is `[batch, seq]`, nonzero for a real token. While a root call runs, `root_call` holds
+it (per context, like the sessions), so a `last` / `first` selector keeps, per row, the last /
+first real position: right or left padding alike. Without a mask every position counts (`last` is
+`[-1]`, `first` is `[0]`). A mask longer than the captured sequence covers past and current
+positions (a `generate` step with a cache): the current step's are its last columns.
+
+`PaddingWatch` is what a plan with `positions` does around each root call: publish the call, and
+warn, once, when a literal position falls on padding in any row of a forward that got a mask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar, Token
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._recorder_fields import PADDING_POSITIONS
+from ..errors import PositionError
+from ._wrappers import unwrap
+
+__all__ = [
+    "DEFAULT_MASK", "PaddingWatch", "RootCall", "padding_selector", "padding_watch", "root_call", "shared_warning",
+    "plan_watch", "tasks_watch", "warning_state",
+]  # fmt: skip
+
+DEFAULT_MASK = "attention_mask"  # the argument read when a recorder names none (`OutputRecorder.mask`)
+# The running root call, or None (no capture with positions runs in this context).
+root_call: ContextVar[RootCall | None] = ContextVar("yamltrace_root_call", default=None)
+# A warning state shared by the traces of one `extract` run (`shared_warning`): one warning per run.
+_shared: ContextVar[list[bool] | None] = ContextVar("yamltrace_padding_warned", default=None)
+
+
+class RootCall:
+    """The arguments of one root call, and what was read from them: each named mask as a bool
+    `[batch, seq]` tensor (None: not passed), each row index (`rows`)."""
+
+    __slots__ = ("args", "kwargs", "places", "masks", "indices")
+
+    def __init__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.args, self.kwargs, self.places = args, kwargs, _places(type(unwrap(module)))
+        self.masks: dict[str, torch.Tensor | None] = {}
+        self.indices: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    def argument(self, name: str) -> Any:
+        """The argument `name` of the call (keyword, else by its place), or None."""
+        if name in self.kwargs:
+            return self.kwargs[name]
+        place = self.places.get(name)
+        return self.args[place] if place is not None and place < len(self.args) else None
+
+    def mask(self, name: str) -> torch.Tensor | None:
+        """The mask argument `name` as a bool `[batch, seq]` tensor, None when not given; a located
+        `PositionError` for one that is not a 0/1 `[batch, seq]` tensor (an expanded 4-D mask)."""
+        if name not in self.masks:
+            self.masks[name] = _as_mask(self.argument(name), name)
+        return self.masks[name]
+
+    def rows(self, name: str, which: str, value: torch.Tensor, dim: int) -> torch.Tensor | None:
+        """Per row of `value`, the index along `dim` of its `which` ("last", "first") real position,
+        shaped to gather `value` (cached per call); None when the call has no mask `name`."""
+        mask = self.mask(name)
+        if mask is None:
+            return None
+        key = (name, which, value.shape[dim], value.device)
+        index = self.indices.get(key)
+        if index is None:
+            index = self.indices[key] = _row_index(mask, name, which, value.shape[dim]).to(value.device)
+        if value.shape[0] != index.shape[0]:
+            raise PositionError(
+                f"positions {which!r}: the mask {name!r} has {index.shape[0]} row(s), the tensor {value.shape[0]} "
+                f"(shape {tuple(value.shape)}); positions last / first need dimension 0 to be the batch."
+            )
+        shape = [1] * value.dim()
+        shape[0] = index.shape[0]
+        return index.view(shape).expand(*value.shape[:dim], 1, *value.shape[dim + 1 :])
+
+
+def _places(cls: type) -> dict[str, int]:
+    """Each positional parameter of `cls.forward` (without `self`) by name (memoised per class)."""
+    places = _PLACES.get(cls)
+    if places is None:
+        try:
+            parameters = list(inspect.signature(getattr(cls, "forward")).parameters.values())
+        except (TypeError, ValueError, AttributeError):
+            parameters = []
+        names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        places = _PLACES[cls] = {name: i for i, name in enumerate(names[1:] if names[:1] == ["self"] else names)}
+    return places
+
+
+_PLACES: dict[type, dict[str, int]] = {}
+
+
+def _as_mask(value: Any, name: str) -> torch.Tensor | None:
+    """`value` as a bool `[batch, seq]` mask (True: a real token), None for None."""
+    if value is None:
+        return None
+    fix = "pass the 2-D [batch, seq] mask (1 for a token, 0 for padding), or name the argument that holds one with the recorder's mask"
+    if not isinstance(value, torch.Tensor) or value.dim() != 2:
+        what = f"shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+        raise PositionError(f"the root forward's {name!r} is {what}, not a [batch, seq] attention mask; {fix}.")
+    if value.dtype == torch.bool:
+        return value
+    if (value.is_floating_point() or value.is_complex()) and bool(((value != 0) & (value != 1)).any()):
+        raise PositionError(f"the root forward's {name!r} holds values other than 0 and 1 (an additive mask?); {fix}.")
+    return value != 0
+
+
+def _row_index(mask: torch.Tensor, name: str, which: str, length: int) -> torch.Tensor:
+    """Per row, the index among the current `length` positions (the mask's last `length` columns)
+    of its last / first real one; `PositionError` for a mask too short or a row without one."""
+    if mask.shape[1] < length:
+        raise PositionError(
+            f"positions {which!r}: the mask {name!r} covers {mask.shape[1]} position(s), the tensor {length}; "
+            "set the recorder's seq_dim to the sequence dimension, or mask to the mask of this sequence."
+        )
+    current = mask[:, mask.shape[1] - length :]
+    order = torch.arange(length, device=mask.device)
+    if which == "last":
+        index = torch.where(current, order, -1).amax(1)
+    else:
+        index = torch.where(current, order, length).amin(1)
+    empty = (~current.any(1)).nonzero().flatten().tolist()
+    if empty:
+        raise PositionError(
+            f"positions {which!r}: row(s) {empty[:8]} of the mask {name!r} have no real position among the "
+            f"{length} captured; drop those rows, or select literal positions."
+        )
+    return index
+
+
+def padding_selector(which: str, seq_dim: int, mask: str | None, fallback: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A selector keeping, per row, the `which` ("last" / "first") real position along `seq_dim`, by
+    the root call's mask `mask` (default `attention_mask`); `fallback` (the literal `[-1]` / `[0]`
+    selector) where no root call or mask is known, and for values that are not tensors. The
+    dimension is kept (`[batch, 1, ...]`, as `[-1]` gives); the result is a copy (`gather`)."""
+    name = mask or DEFAULT_MASK
+
+    def select(value: Any) -> Any:
+        call = root_call.get()
+        if call is None or not isinstance(value, torch.Tensor):
+            return fallback(value)
+        ndim = value.dim()
+        if not -ndim <= seq_dim < ndim or seq_dim % ndim == 0:
+            raise PositionError(
+                f"positions {which!r} select along dim {seq_dim}, but the tensor has shape {tuple(value.shape)} "
+                "(dimension 0 is the batch); set the recorder's seq_dim to its sequence dimension."
+            )
+        index = call.rows(name, which, value, seq_dim % ndim)
+        return fallback(value) if index is None else value.gather(seq_dim % ndim, index)
+
+    select.copies = True  # type: ignore[attr-defined]
+    return select
+
+
+class PaddingWatch:
+    """What a capture whose recorders keep `positions` does around each root call (`enter`, `exit`):
+    publish the call (`root_call`) for the `last` / `first` selectors, and check the `literal`
+    recorders, `(output name, positions, mask name)`: when a position falls on padding in a row of
+    the call's mask, warn (once per `warned` state), naming the fix."""
+
+    __slots__ = ("literal",)
+
+    def __init__(self, literal: tuple[tuple[str, tuple[int, ...] | str, str], ...]) -> None:
+        self.literal = literal
+
+    def enter(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], warned: list[bool]) -> Token[Any]:
+        """A root call of `module` starts; pass the token to `exit` when it ends."""
+        call = RootCall(module, args, kwargs)
+        if self.literal and not warned[0]:
+            try:
+                message = self._padded(call)
+            except PositionError:  # a mask that is not one: the capture's own selectors say so, located
+                message = None
+            if message is not None:
+                warned[0] = True
+                warnings.warn(message, stacklevel=3)  # (before `set`: a warning raised as an error leaves nothing set)
+        return root_call.set(call)
+
+    @staticmethod
+    def exit(token: Token[Any]) -> None:
+        """The root call ends."""
+        root_call.reset(token)
+
+    def frame(self, module: nn.Module, is_active: Callable[[], bool], warned: list[bool]) -> tuple[Any, Any]:
+        """`enter` and `exit` as an interception frame on `module` (`_intercept`), for calls made while
+        `is_active()` (a `trace` block records)."""
+
+        def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Token[Any] | None:
+            return self.enter(module, args, kwargs, warned) if is_active() else None
+
+        def exit(token: Token[Any] | None, output: Any, finished: bool) -> None:
+            if token is not None:
+                root_call.reset(token)
+
+        return enter, exit
+
+    def _padded(self, call: RootCall) -> str | None:
+        """The warning for the literal recorders whose positions select padding in this call, or None."""
+        found = []
+        for output, positions, name in self.literal:
+            mask = call.mask(name)
+            if mask is None:
+                continue
+            length = _step_length(call, name, mask.shape[1])
+            columns = [mask.shape[1] - length + c for c in _selected(positions, length)]
+            rows = (~mask[:, columns]).any(1).nonzero().flatten().tolist() if columns else []
+            if rows:
+                written = positions if isinstance(positions, str) else list(positions)
+                found.append(
+                    f"output {output!r} (positions {written!r}): {len(rows)} of {mask.shape[0]} row(s) of {name!r}, rows {rows[:8]}"
+                )
+        if not found:
+            return None
+        return (
+            "yamltrace: literal positions fall on padding, so these captures hold padding tokens, not text: "
+            + "; ".join(found)
+            + ". Write `positions: last` (or `first`) for each row's last (first) real token, which follows the "
+            "attention mask; literal positions count from the padded ends. (Warned once per trace.)"
+        )
+
+
+def _step_length(call: RootCall, name: str, total: int) -> int:
+    """How many positions the call processes: the length of its `input_ids` / `inputs_embeds`
+    (`decoder_input_ids` for `decoder_attention_mask`, ...), else the mask's (`total`)."""
+    if name.endswith(DEFAULT_MASK):
+        prefix = name[: -len(DEFAULT_MASK)]
+        for argument in (prefix + "input_ids", prefix + "inputs_embeds"):
+            value = call.argument(argument)
+            if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[1] <= total:
+                return int(value.shape[1])
+    return total
+
+
+def _selected(positions: tuple[int, ...] | str, length: int) -> list[int]:
+    """The positions a literal selection keeps of `length` (Python's indexing); none when out of range."""
+    if isinstance(positions, str):
+        return list(range(length)[slice(*(int(p) if p else None for p in positions.split(":")))])
+    absolute = [p + length if p < 0 else p for p in positions]
+    return absolute if all(0 <= p < length for p in absolute) else []
+
+
+def padding_watch(selections: Iterable[tuple[str, tuple[int, ...] | str | None, str | None]]) -> PaddingWatch | None:
+    """The watch of a capture's `(output name, positions, mask)` selections, None when none keeps positions."""
+    literal, aware = [], False
+    for output, positions, mask in selections:
+        if positions is None:
+            continue
+        if positions in PADDING_POSITIONS:
+            aware = True
+        else:
+            literal.append((output, positions, mask or DEFAULT_MASK))
+    return PaddingWatch(tuple(dict.fromkeys(literal))) if literal or aware else None
+
+
+def plan_watch(plan: Any) -> PaddingWatch | None:
+    """The watch of a `trace` block's plan (`_trace_plan.TracePlan`): the selections of its outputs'
+    entries (`Transform.selects`, set by `transform_of`)."""
+    names = {(output.scope, output.key): output.name for output in plan.outputs}
+    return padding_watch(
+        (names[(scope.number, entry.key)], *getattr(entry.transform, "selects", (None, None)))
+        for scope in plan.scopes
+        for row in scope.hooks
+        for entry in row.entries
+        if (scope.number, entry.key) in names
+    )
+
+
+def warning_state(model: nn.Module | None = None) -> list[bool]:
+    """Whether the padding warning was given: the state `shared_warning` opened in this context, else
+    `model`'s (one warning per decorated model), else a new one (one per `trace` block)."""
+    shared = _shared.get()
+    if shared is not None:
+        return shared
+    if model is None:
+        return [False]
+    state = _BY_MODEL.get(model)
+    if state is None:
+        state = _BY_MODEL[model] = [False]
+    return state
+
+
+_BY_MODEL: weakref.WeakKeyDictionary[nn.Module, list[bool]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def shared_warning() -> Iterator[None]:
+    """A context in which every capture shares one padding warning (`extract`: one per run)."""
+    token = _shared.set([False])
+    try:
+        yield
+    finally:
+        _shared.reset(token)
+
+
+def tasks_watch(tasks: tuple[tuple[str, Any], ...]) -> PaddingWatch | None:
+    """The watch of a decorated forward's `(key, OutputRecorder)` tasks, memoised on the tuple (the
+    same object for the same map: `normalized_tasks`), so a capturing forward without positions pays
+    one lookup."""
+    found = _BY_TASKS.get(id(tasks))
+    if found is None or found[0] is not tasks:
+        if len(_BY_TASKS) >= 256:
+            _BY_TASKS.clear()
+        found = _BY_TASKS[id(tasks)] = (tasks, padding_watch((key, r.positions, r.mask) for key, r in tasks))
+    return found[1]
+
+
+_BY_TASKS: dict[int, tuple[Any, PaddingWatch | None]] = {}

@@ -1,0 +1,152 @@
+"""`intervene`: edit module values of any `nn.Module` for the duration of a `with` block, as a spec's
+`interventions` declare; `apply_interventions`: the same edits for every call until removed.
+
+An intervention selects modules with a recorder's fields and rules (`engine.plan_hooks`), edits what
+they return (or, with `input`, what they receive) in declaration order, and builds new tensors, so
+the edit is differentiable (`engine._editing`). Within a block, only calls made in the context
+(thread) that entered it are edited, as `trace` records only those; captures of a `trace` see the
+edited values, and a `trace` whose spec has interventions applies them for its block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from torch import nn
+
+from ._trace_checks import dead_hints
+from .engine import Collector, RuntimeValue, Session, scope_modules, unwrap
+from .engine._editing import EditRow, edit_issue, install_edits, plan_edits
+from .errors import SpecError, did_you_mean
+from .spec import Spec
+from ._spec_arg import SpecLike, as_spec
+
+__all__ = ["InterventionHandle", "apply_interventions", "intervene", "planned_edits"]
+
+Values = Mapping[str, Any]  # `{value: NAME}` -> a tensor, or a list/tuple of one tensor per module
+
+
+class InterventionHandle:
+    """Edits put on a model by `apply_interventions`; `remove()` takes them off (idempotent). Also a
+    context manager that removes them on exit. `paths` maps each intervention to the modules it edits."""
+
+    def __init__(self, interception: Any, paths: Mapping[str, tuple[str, ...]]) -> None:
+        self._interception = interception
+        self.paths = paths
+
+    def remove(self) -> None:
+        self._interception.remove()
+
+    def __enter__(self) -> InterventionHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def planned_edits(model: nn.Module, spec: Spec, values: Values | None = None, *, strict: bool = True) -> list[EditRow]:
+    """The edits `spec.interventions` make on `model` (the module inside any wrapper), in the order they
+    apply. Raises `SpecError`, located at the intervention, for one that selects no module (a warning
+    with `strict=False`), a `{value: NAME}` that `values` lacks or miscounts, or a name in `values`
+    that no intervention takes."""
+    values = values or {}
+    wanted = {iv.value.name for iv in spec.interventions if isinstance(iv.value, RuntimeValue)}
+    unknown = [name for name in values if name not in wanted]
+    if unknown:
+        raise SpecError.single(
+            f"values names {unknown[0]!r}, which no intervention takes as {{value: NAME}}{did_you_mean(unknown[0], wanted)}.",
+            "$.interventions",
+            spec.source,
+        )
+    rows: list[EditRow] = []
+    issues = []
+    for iv, edits in plan_edits(model, spec.interventions, values):
+        if not edits:
+            hint = dead_hints(iv.select, scope_modules(model, "", ()))
+            issues.append(
+                edit_issue(
+                    iv,
+                    f"intervention {iv.name!r} selects no module of {type(model).__name__}{hint}. Fix its selector "
+                    "(target, class_name, layer_name, layers), or pass strict=False.",
+                )
+            )
+        rows.extend(edits)
+    if issues and strict:
+        raise SpecError(issues)
+    if issues:
+        warnings.warn(str(SpecError(issues)), stacklevel=3)
+    return rows
+
+
+def _paths(rows: Sequence[EditRow]) -> Mapping[str, tuple[str, ...]]:
+    paths: dict[str, list[str]] = {}
+    for row in rows:
+        paths.setdefault(row.edit.iv.name, []).append(row.path.lstrip("."))
+    return MappingProxyType({name: tuple(found) for name, found in paths.items()})
+
+
+def apply_interventions(
+    model: nn.Module, spec: SpecLike, values: Values | None = None, *, strict: bool = True
+) -> InterventionHandle:
+    """Put the spec's interventions on `model` for every call, in every thread, until the returned
+    handle's `remove()` (what a checkpoint whose spec has interventions uses).
+
+    `model`, `spec`, `values` and `strict` are what `intervene` takes. Raises what `planned_edits`
+    raises, before anything is installed.
+    """
+    inner = unwrap(model)
+    rows = planned_edits(inner, as_spec(inner, spec), values, strict=strict)
+    return InterventionHandle(install_edits(rows, None), _paths(rows))
+
+
+def start_edits(stack: contextlib.ExitStack, rows: Sequence[EditRow], session: Session) -> Mapping[str, tuple[str, ...]]:
+    """Install `rows` for the calls `session` records (a block session); closing `stack` removes them."""
+    if rows:
+        stack.callback(install_edits(rows, session).remove)
+    return _paths(rows)
+
+
+@contextlib.contextmanager
+def intervene(
+    model: nn.Module, spec: SpecLike, *, values: Values | None = None, strict: bool = True
+) -> Iterator[Mapping[str, tuple[str, ...]]]:
+    """Edit module values as `spec.interventions` declare, for the calls of `model` made in the block.
+
+    Args:
+        model: any `nn.Module` (or its DDP, FSDP or torch.compile wrapper).
+        spec: what `trace` takes: a `Spec`, a spec file, `builtin:NAME`, or a spec document (a mapping
+            with `interventions`).
+        values: the tensors of `{value: NAME}` values: `NAME -> tensor` (applied to every module the
+            intervention edits) or `NAME -> list/tuple` (one tensor per module, in module order).
+        strict: an intervention that selects no module is a located `SpecError` (else a warning).
+
+    Yields:
+        A read-only mapping: intervention name -> the paths of the modules it edits, in order.
+
+    Edits hold for calls made in the context (thread) that entered the block, and nothing remains
+    after it, even if it raises. A value whose shape does not fit the selection is a `SpecError` at
+    the call, located at the intervention.
+
+    Example:
+        >>> import torch, yamltrace
+        >>> from yamltrace import OutputRecorder, Spec
+        >>> from yamltrace.engine import Intervention
+        >>> from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
+        >>> model = TinyModel(TinyConfig()).eval()
+        >>> ablate = Intervention("ablate", OutputRecorder(TinyDecoderLayer, layers=(0,)), "zero")
+        >>> with torch.no_grad(), yamltrace.intervene(model, Spec(outputs={}, interventions=[ablate])) as edited:
+        ...     _ = model(torch.randint(0, 128, (1, 8)))
+        >>> edited["ablate"]
+        ('layers.0',)
+    """
+    inner = unwrap(model)
+    rows = planned_edits(inner, as_spec(inner, spec), values, strict=strict)
+    session = Session(Collector(()), block=True)
+    with contextlib.ExitStack() as stack:
+        paths = start_edits(stack, rows, session)
+        stack.callback(session.exit, session.enter())
+        yield paths
