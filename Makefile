@@ -68,6 +68,7 @@ fidelity-%: .venv-%/.test
 # Instructions per forward under callgrind (docs/performance.md); skipped with a message without valgrind.
 bench-icount: $(VENV)/.test
 	$(BIN)/python tests/benchmarks/icount.py
+	$(BIN)/python tests/benchmarks/icount_blocks.py
 
 # yamltrace beside nnsight, pyvene and TransformerLens (the `bench` extra), tables into docs/performance.md.
 $(VENV)/.bench: pyproject.toml $(PINS) $(VENV)/.test

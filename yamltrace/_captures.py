@@ -192,6 +192,9 @@ class Captures(Mapping[str, tuple[Any, ...]]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys  # (Mapping's would build `__getitem__`'s did-you-mean message to say no)
+
     def __len__(self) -> int:
         return len(self._keys)
 

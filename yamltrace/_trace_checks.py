@@ -30,6 +30,8 @@ from .spec._patch_rule import PatchRule, model_device, model_swaps, retarget_spe
 
 __all__ = [
     "check_recorders",
+    "dead_recorders",
+    "warn_dead",
     "check_patches",
     "patch_targets",
     "retarget_to_patches",
@@ -88,7 +90,24 @@ def check_recorders(
     strict: bool = True,
     checked: Callable[[str, str], bool] | None = None,
 ) -> None:
-    """Raise (or warn, with `strict=False`) when a non-optional recorder of `spec` matches no module.
+    """Raise (or warn, with `strict=False`) when a non-optional recorder of `spec` matches no module
+    (`dead_recorders`)."""
+    issues = dead_recorders(model, spec, present, checked=checked)
+    if issues and strict:
+        raise SpecError(issues)
+    if issues:
+        warn_dead(issues, stacklevel=5)
+
+
+def warn_dead(issues: list[SpecIssue], stacklevel: int = 4) -> None:
+    """The warning of `check_recorders` with `strict=False` (a kept plan gives it again for each block)."""
+    warnings.warn(str(SpecError(issues)), stacklevel=stacklevel)
+
+
+def dead_recorders(
+    model: nn.Module, spec: Spec, present: Mapping[str, Any], *, checked: Callable[[str, str], bool] | None = None
+) -> list[SpecIssue]:
+    """The non-optional recorders of `spec` that match no module, each a located issue.
 
     `present` maps each scope path to its module, or to None when the model has no such submodule;
     `checked(scope, key)`, when given, says which keys to check.
@@ -119,11 +138,7 @@ def check_recorders(
                     )
                 message += ". Fix the recorder, mark it `optional: true` if the module exists only in some configurations, or trace with strict=False."
                 issues.append(dataclasses.replace(spec.where(scope, key, position), message=message))
-    if not issues:
-        return
-    if strict:
-        raise SpecError(issues)
-    warnings.warn(str(SpecError(issues)), stacklevel=4)
+    return issues
 
 
 def spec_rule(model: nn.Module, spec: Spec) -> PatchRule:
@@ -239,10 +254,10 @@ def attention_weight_issues(model: nn.Module, spec: Spec) -> list[SpecIssue]:
     return issues
 
 
-def warn_attention_weights(model: nn.Module, spec: Spec, *, stacklevel: int) -> None:
+def warn_attention_weights(model: nn.Module, spec: Spec, *, stacklevel: int, issues: list[SpecIssue] | None = None) -> None:
     """Warn, located, when the spec captures attention weights that the model's attention computes none of
-    (then `warn_no_tensor` says nothing more for this model)."""
-    issues = attention_weight_issues(model, spec)
+    (then `warn_no_tensor` says nothing more for this model); `issues`: those found before (a kept plan)."""
+    issues = attention_weight_issues(model, spec) if issues is None else issues
     if issues:
         _warned.add(model)
         warnings.warn(str(SpecError(issues)), stacklevel=stacklevel + 1)

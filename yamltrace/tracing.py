@@ -14,18 +14,23 @@ language model keeps the plain names, its vision tower's are `vision_tower_hidde
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+import os
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from torch import nn
 
 from ._captures import Captures
 from ._spec_arg import SpecLike, as_spec
-from ._trace_checks import check_recorders, retarget_to_patches, warn_attention_weights, warn_no_tensor
-from .engine import TracePlan, TraceRun, attached_spec, decorated_paths, normalized_tasks, own_output_map, plan_trace, unwrap
+from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
+from ._trace_checks import warn_dead, warn_no_tensor
+from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
 from .engine import TraceScope as _Scope
+from .engine import plan_trace, unwrap
+from .errors import SpecError
 from .intervening import planned_edits, start_edits
-from .spec import Spec
+from .spec import Spec, load_spec
+from .spec._patch_rule import model_device, model_swaps
 
 __all__ = ["trace", "plan", "Captures", "SpecLike"]
 
@@ -93,26 +98,70 @@ def plan(
     selections of each scope (`engine.TracePlan`). Raises what `trace` raises before its block runs.
 
     `model` is the module inside any DDP, FSDP or torch.compile wrapper (`trace` unwraps it first).
+    The plan is kept on the model: called again with the same arguments on an unchanged model, it
+    returns the same plan (`engine._plan_cache` says what "unchanged" covers).
     """
-    return _planned(model, spec, outputs, strict)[0]
+    return _kept(model, spec, outputs, strict).plan
 
 
-def _planned(
-    model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] | None, strict: bool
-) -> tuple[TracePlan, Spec | None]:
-    """The block's plan (`plan`), and its explicit spec (None without one)."""
-    scopes, explicit = _resolve(model, spec, strict)
-    planned = plan_trace(model, scopes, outputs)
-    if explicit is not None:
-        # Every recorder is checked, or with `outputs` those of the chosen keys.
-        wanted = {output.name for output in planned.outputs}
+def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] | None, strict: bool) -> KeptPlan:
+    """The plan of `plan(...)` and its explicit spec: the ones kept on the model for these arguments,
+    else planned now and kept. What planning warns about, it warns about for every block."""
+    if outputs is not None and not isinstance(outputs, str):
+        outputs = tuple(outputs)
+    if isinstance(spec, (str, os.PathLike)):
+        spec = load_spec(spec, for_model=model)  # (the same Spec while the file is unchanged)
+    key, refers_to = _plan_key(model, spec, outputs, strict)
+    kept = None if key is None else kept_plan(model, key)
+    if kept is None:
+        scopes, explicit = _resolve(model, spec, strict)
+        planned = plan_trace(model, scopes, outputs)
+        dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, planned, outputs, strict)
+        weights = [] if explicit is None else attention_weight_issues(model, explicit)
+        kept = keep_plan(model, key, refers_to, planned, scopes, (dead, weights), explicit)
+    dead, weights = kept.warnings
+    if dead:
+        warn_dead(dead)
+    if weights:
+        warn_attention_weights(model, kept.spec, stacklevel=4, issues=weights)  # above _kept: trace, contextlib, the caller
+    return kept
 
-        def checked(path: str, key: str) -> bool:
-            return outputs is None or planned.names.get((path, key)) in wanted
 
-        check_recorders(model, explicit, {s.path: s.module for s in scopes}, strict=strict, checked=checked)
-        warn_attention_weights(model, explicit, stacklevel=4)  # above _planned: trace, contextlib, the caller
-    return planned, explicit
+def _dead_recorders(
+    model: nn.Module, spec: Spec, scopes: list[_Scope], planned: TracePlan, outputs: str | Iterable[str] | None, strict: bool
+) -> list[Any]:
+    """The dead recorders of an explicit spec (a `SpecError` with `strict`): every recorder is checked,
+    or with `outputs` those of the chosen keys."""
+    wanted = {output.name for output in planned.outputs}
+
+    def checked(path: str, key: str) -> bool:
+        return outputs is None or planned.names.get((path, key)) in wanted
+
+    issues = dead_recorders(model, spec, {s.path: s.module for s in scopes}, checked=checked)
+    if issues and strict:
+        raise SpecError(issues)
+    return issues
+
+
+def _plan_key(model: nn.Module, spec: Any, outputs: Any, strict: bool) -> tuple[Hashable, Any]:
+    """What a block's plan is built from besides the model's structure and configs (`engine._plan_cache`),
+    and the object the key names by identity; (None, None) for what is planned every time (a spec
+    document given as a mapping, an argument `plan` refuses)."""
+    if spec is None:
+        attached = attached_spec(model)
+        what: Hashable = ("model", normalized_tasks(_map_of(model)), id(attached))
+        refers_to, patches = attached, attached is not None and bool(attached.patches)
+    elif isinstance(spec, Spec):
+        what, refers_to, patches = ("spec", id(spec)), spec, bool(spec.patches)
+    elif isinstance(spec, Mapping) and "yamltrace" not in spec and "interventions" not in spec:
+        what, refers_to, patches = ("dict", normalized_tasks(spec)), None, False
+    else:
+        return None, None
+    device = model_device(model) if patches else None
+    # The attention implementation the attention-weight check reads (`attention_weight_issues`), as set
+    # on the model's config (`model.config._attn_implementation`, `set_attn_implementation`).
+    attention = getattr(model.__dict__.get("config"), "_attn_implementation", None)
+    return (what, tuple(model_swaps(model).items()), device, attention, outputs, strict), refers_to
 
 
 @contextlib.contextmanager
@@ -165,16 +214,20 @@ def trace(
     """
     # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
     outer, model = model, unwrap(model)
-    planned, explicit = _planned(model, spec, outputs, strict)
+    kept = _kept(model, spec, outputs, strict)
+    explicit = kept.spec
     edits = (
         planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
         if values or explicit and explicit.interventions
         else []
     )
-    run = TraceRun(planned)
-    with contextlib.ExitStack() as stack:
-        start_edits(stack, edits, run.session)  # edited values are what the block's captures record
-        run.start(stack, outer)
-        yield Captures(run.lists, run.ends, run.paths, model)
-    if run.ends:
-        warn_no_tensor(model, run.silent_outputs())
+    run = kept.run()
+    try:
+        with contextlib.ExitStack() as stack:
+            start_edits(stack, edits, run.session)  # edited values are what the block's captures record
+            run.start(stack, outer)
+            yield Captures(run.lists, run.ends, run.paths, model)
+        if run.ends:
+            warn_no_tensor(model, run.silent_outputs())
+    finally:
+        kept.release(run)

@@ -4,7 +4,8 @@ Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules,
 `_collector` (what the hooks record, via `_intercept`, and which collector records a call) ->
 `_session` (sessions in this context, flags, the tie-last rule) -> `_held` (hooks a decorated model
 keeps between capturing forwards) -> `_scopes` (which submodules keep their own captures, where they
-tie) -> `_trace_plan` / `_trace_run` (a `trace` block's plan, then its run); `_wrappers` sees
+tie) -> `_trace_plan` / `_trace_run` (a `trace` block's plan, then its run) -> `_plan_cache` (plans
+and runs kept on the model for the next block); `_wrappers` sees
 through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest of the package uses.
 """
 
@@ -15,6 +16,7 @@ from ._heads import head_count
 from ._held import hold_hooks, release_hooks
 from ._padding import PaddingWatch, shared_warning, tasks_watch, warning_state
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
+from ._plan_cache import KeptPlan, forget_plans, keep_plan, kept_plan
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
 from ._scopes import decorated_paths, is_under, scope_modules
 from ._selection import position_counter, resolve_selections
@@ -39,6 +41,7 @@ __all__ = [
     "CaptureMap",
     "Collector",
     "Intervention",
+    "KeptPlan",
     "OPERATIONS",
     "RuntimeValue",
     "NO_CAPTURE",
@@ -56,9 +59,12 @@ __all__ = [
     "head_count",
     "default_index",
     "entry_of",
+    "forget_plans",
     "hold_hooks",
     "invalidate",
     "is_under",
+    "keep_plan",
+    "kept_plan",
     "normalize_output_map",
     "normalized_tasks",
     "own_output_map",

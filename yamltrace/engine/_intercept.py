@@ -199,9 +199,9 @@ class Interception:
     """Listeners, frames and edits installed together on several modules; `remove()` takes them all
     off (idempotent)."""
 
-    __slots__ = ("_installed", "_dicts", "_forwards", "_hooks", "_hook_counts")
+    __slots__ = ("_installed", "_dicts", "_forwards", "_hooks", "_hook_counts", "_given")
 
-    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, Any, str]]) -> None:
+    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, Any, str]], given: Any = ((), (), ())) -> None:
         self._installed = installed  # (module, its interceptor, what was installed, the tuple it joined)
         # Each module's `__dict__` and the `forward` it held once installed (for `intact`).
         self._dicts = [module.__dict__ for module, _, _, _ in installed]
@@ -209,6 +209,13 @@ class Interception:
         # Each module's forward hooks and how many there were, then the global ones' count.
         self._hooks = [module._forward_hooks for module, _, _, _ in installed]
         self._hook_counts = [*map(len, self._hooks), len(_global_forward_hooks)]
+        self._given = given  # the items, frames and edits `intercept` was given (for `again`)
+
+    def again(self) -> Interception:
+        """The same listeners, frames and edits installed anew, as `intercept` installed them (this one
+        is removed first): a `trace` run kept for its plan installs the same ones for each block."""
+        self.remove()
+        return intercept(*self._given)
 
     def intact(self) -> bool:
         """Whether every intercepted module still calls its interceptor as installed: no forward hook
@@ -267,6 +274,7 @@ def intercept(
     call of the module's forward, around it each frame `(module, enter, exit)`, and each edit
     `(module, INPUTS or OUTPUTS, edit)` on what it receives or returns (module docstring), until the
     returned `Interception` is removed. One lock for all."""
+    items, frames, edits = tuple(items), tuple(frames), tuple(edits)
     installed: list[tuple[nn.Module, _Interceptor, Any, str]] = []
     with _lock:
         added: list[tuple[nn.Module, Any, str]] = [(m, (listener, context), _LISTENERS) for m, listener, context in items]
@@ -277,7 +285,7 @@ def intercept(
             setattr(interceptor, kind, getattr(interceptor, kind) + (entry,))
             installed.append((module, interceptor, entry, kind))
             _bind(module, interceptor)
-    return Interception(installed)
+    return Interception(installed, (items, frames, edits))
 
 
 def _interceptor_on(module: nn.Module) -> _Interceptor:

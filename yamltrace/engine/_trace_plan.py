@@ -3,7 +3,8 @@
 `plan_trace` reads the model and the block's resolved scopes (`Scope`: from a spec, or from the
 model's decorated forwards) and changes nothing: no hook, no collector, no recording state, which
 are the run's (`_trace_run`). So a plan can be checked without a forward, and a later block on the
-same model and spec could reuse it while the model is unchanged (`_plan.PlanGuard` tells). Plans
+same model and spec reuses it while the model is unchanged (`_plan_cache`) and nothing it read from
+a config would be read differently (`stale`). Plans
 follow transformers' scopes (`_scopes`): the outermost scopes that record are *exposed*, their keys
 named by `exposed_names`; nested scopes only shadow them; hidden states tie at each scope's tie points.
 """
@@ -11,6 +12,7 @@ named by `exposed_names`; nested scopes only shadow them; hidden states tie at e
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from torch import nn
@@ -23,7 +25,7 @@ from ._scopes import decorated_paths, exposed_names, is_under, outermost, plain_
 from ._selection import position_counter, resolve_selections
 from ._session import decorator_tie_last, tie_last_enabled
 
-__all__ = ["Scope", "ScopePlan", "Tie", "TraceOutput", "TracePlan", "plan_trace"]
+__all__ = ["Scope", "ScopePlan", "Tie", "TraceOutput", "TracePlan", "plan_trace", "stale"]
 
 
 class Scope(NamedTuple):
@@ -101,7 +103,23 @@ def plan_trace(model: nn.Module, scopes: Sequence[Scope], outputs: str | Iterabl
         ties = _ties(model, scope, decorated, paths) if "hidden_states" in keys else ()
         planned.append(_exposed(scope, rows[scope.path], keys, ties))
     by_name = {names[(s.path, key)]: TraceOutput(names[(s.path, key)], s.number, key) for s in planned for key in s.keys}
-    return TracePlan(tuple(planned), tuple(by_name[name] for name in wanted), names)
+    return TracePlan(tuple(planned), tuple(by_name[name] for name in wanted), MappingProxyType(names))
+
+
+def stale(plan: TracePlan, scopes: Sequence[Scope]) -> bool:
+    """Whether what `plan` read from configs (each tie point's tie-last setting, the layer count of
+    negative `layers`) would be read differently now: a kept plan is then planned again."""
+    by_number = {scope.number: scope for scope in scopes}
+    for planned in plan.scopes:
+        if not planned.exposed:
+            continue
+        scope = by_number[planned.number]
+        for tie in planned.ties:
+            if _tie_enabled(tie.module, scope.options) != tie.enabled:
+                return True
+        if _selections(scope, planned.keys, planned.hooks) != planned.selections:
+            return True
+    return False
 
 
 def _scope_rows(scope: Scope, nested: list[str]) -> list[HookRow]:
@@ -125,23 +143,32 @@ def _wanted(names: Mapping[tuple[str, str], str], outputs: str | Iterable[str] |
 
 
 def _exposed(scope: Scope, rows: list[HookRow], keys: tuple[str, ...], ties: tuple[Tie, ...]) -> ScopePlan:
-    """An exposed scope's plan: its hooks kept for `keys` only, and the layers each key keeps (negative
-    `layers` count from the config's layer count, else from the modules hooked for the key)."""
+    """An exposed scope's plan: its hooks kept for `keys` only, and the layers each key keeps."""
     kept = []
     for row in rows:
         entries = tuple(entry for entry in row.entries if entry.key in keys)
         if entries:
             kept.append(HookRow(row.module, row.path, entries))
-    hooked = {key: sum(1 for row in kept if any(entry.key == key for entry in row.entries)) for key in keys}
+    hooks = tuple(kept)
+    return ScopePlan(scope.number, scope.path, scope.module, True, keys, hooks, _selections(scope, keys, hooks), ties)
+
+
+def _selections(scope: Scope, keys: tuple[str, ...], hooks: Sequence[HookRow]) -> Mapping[str, frozenset[int]]:
+    """The layers each key of an exposed scope keeps (negative `layers` count from the config's
+    layer count, else from the modules hooked for the key); empty when no recorder selects layers."""
+    if all(recorder.layers is None for _, recorder in scope.tasks):
+        return MappingProxyType({})
+    hooked = {key: sum(1 for row in hooks if any(entry.key == key for entry in row.entries)) for key in keys}
     counter = position_counter(getattr(scope.module, "config", None), hooked)
-    selections = resolve_selections(scope.tasks, keys, None, counter)
-    return ScopePlan(scope.number, scope.path, scope.module, True, keys, tuple(kept), selections, ties)
+    return MappingProxyType(resolve_selections(scope.tasks, keys, None, counter))
 
 
 def _ties(model: nn.Module, scope: Scope, decorated: list[str], paths: list[str]) -> tuple[Tie, ...]:
     """Where a scope recording hidden states ties the last one, each with its own tie-last setting."""
-    ties = []
-    for point in tie_points(scope.path, decorated, paths):
-        module = model.get_submodule(point)
-        ties.append(Tie(module, tie_last_enabled(getattr(module, "config", None), scope.options, decorator_tie_last(module))))
-    return tuple(ties)
+    points = tie_points(scope.path, decorated, paths)
+    return tuple(Tie(module, _tie_enabled(module, scope.options)) for module in map(model.get_submodule, points))
+
+
+def _tie_enabled(module: nn.Module, options: Mapping[str, Any]) -> bool:
+    """Whether a scope with `options` ties its last hidden state at `module` (the tie-last rule)."""
+    return tie_last_enabled(getattr(module, "config", None), options, decorator_tie_last(module))

@@ -6,6 +6,12 @@ frames (`_intercept`): the traced module delimits steps, each scope's module mar
 running (`Session.push_scope`) and starts the scope's call (`Collector.begin_call`), each tie point
 ties the last hidden state at its exit. The roles are the run's methods; each changes the session
 and collectors through their own methods only.
+
+A run serves one block at a time, and the next block on the same plan too (`_plan_cache` keeps it):
+its listeners, frames, session and collectors are built once, installed for each block and removed
+after it (only the padding watch's frame is the block's own: its warning is one per block); `finish`
+empties what the block recorded (the block's `Captures` hold it), so the next block starts empty and
+installs no more than its hooks.
 """
 
 from __future__ import annotations
@@ -41,29 +47,59 @@ class TraceRun:
         self.plan = plan
         self.session = Session(Collector(()), block=True)
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
-        self.lists = {o.name: self.collectors[o.scope].lists[o.key] for o in plan.outputs}
-        self.paths = {o.name: self.collectors[o.scope].paths[o.key] for o in plan.outputs}
+        self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
+        self._installed: list[Interception] = []  # the hooks and frames of the last block
+        self._outer: nn.Module | None = None  # the module whose calls the frames delimit as steps
+        self._empty()
+
+    def _empty(self) -> None:
+        """Nothing recorded yet: the outputs' lists are the collectors' (new) lists."""
+        self.lists = {o.name: self.collectors[o.scope].lists[o.key] for o in self.plan.outputs}
+        self.paths = {o.name: self.collectors[o.scope].paths[o.key] for o in self.plan.outputs}
         self.ends: list[tuple[int, ...]] = []
         self._step_starts = dict.fromkeys(self.lists, 0)
         self._ties: list[int] = []
         self._depth = 0
-        self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
 
     def start(self, stack: contextlib.ExitStack, outer: nn.Module) -> None:
         """Install the plan's hooks and frames (`outer`: the module whose calls are steps) and start
         recording in this context; closing `stack` stops recording, then removes them all."""
-        handles: list[Interception] = []
-        stack.callback(_remove, handles)
+        stack.callback(self._remove)
         stack.callback(self.session.close)
+        self._install(outer)
+        stack.callback(self.session.exit, self.session.enter())
+
+    def _install(self, outer: nn.Module) -> None:
+        """Install the listeners and frames: those of the last block again, or new ones for a new `outer`."""
+        previous, self._installed = self._installed, []
+        if self.padding is not None:  # first: the mask is known to every role of the call, ties included
+            frame = (outer, *self.padding.frame(outer, self.session.recording, warning_state()))
+            self._installed.append(intercept([], [frame]))
+            previous = previous[1:]
+        if previous and outer is self._outer:
+            for handle in previous:
+                self._installed.append(handle.again())
+            return
+        self._outer = outer
         for scope in self.plan.scopes:
             if scope.exposed and scope.hooks:
                 gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
-                handles.append(install_hooks(list(scope.hooks), gate))
-        frames = self._frames(outer)
-        if self.padding is not None:  # first: the mask is known to every role of the call, ties included
-            frames.insert(0, (outer, *self.padding.frame(outer, self.session.recording, warning_state())))
-        handles.append(intercept([], frames))
-        stack.callback(self.session.exit, self.session.enter())
+                self._installed.append(install_hooks(list(scope.hooks), gate))
+        self._installed.append(intercept([], self._frames(outer)))
+
+    def _remove(self) -> None:
+        for handle in self._installed:
+            handle.remove()
+
+    def finish(self) -> None:
+        """Forget what the block recorded (its `Captures` keep it), so that this run can serve the next
+        block on its plan; the listeners keep their collectors, which start over empty."""
+        for scope in self.plan.scopes:
+            if scope.exposed:
+                # In place: the listeners and frames hold the collector objects themselves.
+                Collector.__init__(self.collectors[scope.number], scope.keys, dict(scope.selections))
+        self.session.reopen()
+        self._empty()
 
     def _frames(self, outer: nn.Module) -> list[tuple[nn.Module, Callable[..., Any], Callable[[bool, Any, bool], None]]]:
         """One frame per module with roles: entries in the order added, exits in reverse."""
@@ -79,9 +115,8 @@ class TraceRun:
             collector = self.collectors.get(scope.number)
             add(scope.module, partial(self.enter_scope, scope.number, collector), self.exit_scope)
             if collector is not None and "hidden_states" in collector.lists:
-                values = collector.lists["hidden_states"]
                 for tie in scope.ties:
-                    add(tie.module, partial(self.enter_tie, values), partial(self.exit_tie, values, collector, tie.enabled))
+                    add(tie.module, partial(self.enter_tie, collector), partial(self.exit_tie, collector, tie.enabled))
         return [(module, *_frame(self.session.recording, entries, exits)) for module, entries, exits in roles.values()]
 
     def enter_step(self) -> None:
@@ -121,13 +156,14 @@ class TraceRun:
         """A call of the innermost running scope ends."""
         self.session.pop_scope()
 
-    def enter_tie(self, values: list[Any]) -> None:
+    def enter_tie(self, collector: Collector) -> None:
         """A call of a tie point starts: what it records follows the hidden states recorded so far."""
-        self._ties.append(len(values))
+        self._ties.append(len(collector.lists["hidden_states"]))
 
-    def exit_tie(self, values: list[Any], collector: Collector, enabled: bool, output: Any, finished: bool) -> None:
+    def exit_tie(self, collector: Collector, enabled: bool, output: Any, finished: bool) -> None:
         """A call of a tie point ends: its last recorded hidden state becomes its output's final one."""
         if self._ties:
+            values = collector.lists["hidden_states"]
             mark = self._ties.pop()
             if enabled and output is not None and len(values) > mark:
                 tie_last_hidden_state(values, output, collector.last_transform.get("hidden_states"))
@@ -146,11 +182,6 @@ class TraceRun:
                 if any(row.path in collector.silent for row in scope.hooks if any(e.key == key for e in row.entries)):
                     silent[names[(scope.number, key)]] = self.lists[names[(scope.number, key)]]
         return silent
-
-
-def _remove(handles: list[Interception]) -> None:
-    for handle in handles:
-        handle.remove()
 
 
 def _frame(

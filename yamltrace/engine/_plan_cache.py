@@ -1,0 +1,133 @@
+"""The plans of `trace` blocks, kept on their model: a block on the same model and arguments as an
+earlier one reuses its plan, and the run that served it, instead of planning again.
+
+A kept plan is reused only while it is what planning again would give:
+- its key is equal: the caller's (`tracing`) names everything the plan was built from besides the
+  model's structure and configs (the spec, by identity or content, the model's own map, the attached
+  spec, the model's swaps and device, `outputs`, `strict`);
+- the model's structure is unchanged: a `_plan.PlanGuard` over every module of the model (a module
+  added, removed or replaced, a class reassigned, a patch applied, `invalidate()`);
+- what it read from configs would be read the same (`_trace_plan.stale`: tie-last settings, layer
+  counts of negative `layers`).
+Otherwise it is dropped and the caller plans again. What planning found wrong but only warned about
+(`strict=False`) is kept with the plan, so each block warns as the first did.
+
+The plans are kept in the model's own `__dict__` (they hold its modules, so a cache outside the model
+would keep it alive); a deep copy or a pickle of the model carries an empty cache, and a shallow copy
+(another object sharing the `__dict__`'s values) finds a cache that is not its own and ignores it.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from torch import nn
+
+from ._plan import plan_hooks
+from ._trace_plan import Scope, TracePlan, stale
+from ._trace_run import TraceRun
+
+__all__ = ["KeptPlan", "kept_plan", "keep_plan", "forget_plans"]
+
+# Where a model keeps its plans, and how many (the least recently kept goes first).
+ATTRIBUTE = "_yamltrace_trace_plans"
+MAX_PLANS = 8
+
+
+class KeptPlan:
+    """A plan kept on its model: its key, what the key names by identity (kept alive so that no id is
+    reused), the structure guard, the plan and the scopes it was planned from, the issues planning
+    reported as warnings, the explicit spec (None without one), and one run idle for the next block."""
+
+    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "spec", "_idle")
+
+    def __init__(
+        self, key: Hashable, refers_to: Any, guard: Any, plan: TracePlan, scopes: Sequence[Scope], warnings: Any, spec: Any
+    ) -> None:
+        self.key, self.refers_to, self.guard = key, refers_to, guard
+        self.plan, self.scopes, self.warnings, self.spec = plan, tuple(scopes), warnings, spec
+        self._idle: list[TraceRun] = []
+
+    def run(self) -> TraceRun:
+        """A run of the plan for one block: the idle one, else a new one (a block already uses it)."""
+        try:
+            return self._idle.pop()  # (atomic: two threads never get the same run)
+        except IndexError:
+            return TraceRun(self.plan)
+
+    def release(self, run: TraceRun) -> None:
+        """A block's run is done: emptied, it waits for the next block (one is kept, no more)."""
+        if not self._idle:
+            run.finish()
+            self._idle.append(run)
+
+
+class _Plans:
+    """A model's kept plans, newest first, and the model they belong to (weakly)."""
+
+    __slots__ = ("owner", "kept", "lock")
+
+    def __init__(self, owner: nn.Module) -> None:
+        self.owner = weakref.ref(owner)
+        self.kept: list[KeptPlan] = []
+        self.lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return {}  # a copy of the model plans for itself
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, ())  # unpickled without yamltrace, as an empty dict (ignored)
+
+
+def _plans(model: nn.Module) -> _Plans | None:
+    plans = model.__dict__.get(ATTRIBUTE)
+    return plans if type(plans) is _Plans and plans.owner() is model else None
+
+
+def kept_plan(model: nn.Module, key: Hashable) -> KeptPlan | None:
+    """The plan kept on `model` under `key` while it is still what planning again would give, else None."""
+    plans = _plans(model)
+    if plans is None:
+        return None
+    for kept in plans.kept:
+        if kept.key == key:
+            if kept.guard.holds(model) and not stale(kept.plan, kept.scopes):
+                return kept
+            with plans.lock:
+                if kept in plans.kept:
+                    plans.kept.remove(kept)
+            return None
+    return None
+
+
+def keep_plan(
+    model: nn.Module, key: Hashable, refers_to: Any, plan: TracePlan, scopes: Sequence[Scope], warnings: Any, spec: Any = None
+) -> KeptPlan:
+    """Keep `plan` (planned from `scopes` for `key`) on `model`; returns what `kept_plan` will return.
+    A key of None is not kept (the plan is returned for its one block)."""
+    if key is None:
+        return KeptPlan(None, refers_to, None, plan, scopes, warnings, spec)
+    kept = KeptPlan(key, refers_to, _guard(model, scopes), plan, scopes, warnings, spec)
+    plans = _plans(model)
+    if plans is None:
+        plans = model.__dict__[ATTRIBUTE] = _Plans(model)
+    with plans.lock:
+        plans.kept = [kept, *(k for k in plans.kept if k.key != key)][:MAX_PLANS]
+    return kept
+
+
+def _guard(model: nn.Module, scopes: Sequence[Scope]) -> Any:
+    """A guard over every module of `model`: any walk from the root visits them all, so the root scope's
+    own walk (cached by `plan_hooks` as the plan was built) gives it, else a walk recording nothing."""
+    root = next((s for s in scopes if s.module is model and s.tasks), None)
+    tasks, nested_maps = (root.tasks, root.nested_maps) if root is not None else ((), False)
+    return plan_hooks(model, tasks, nested_maps=nested_maps, guarded=True)[1]
+
+
+def forget_plans(model: nn.Module) -> None:
+    """Drop every plan kept on `model` (the next block plans again)."""
+    if _plans(model) is not None:
+        del model.__dict__[ATTRIBUTE]
