@@ -8,7 +8,7 @@ tie) -> `_trace_plan` / `_trace_run` (a `trace` block's plan, then its run); `_w
 through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest of the package uses.
 """
 
-from ._attached import attach_spec, attached_spec
+from ._attached import attach_interventions, attach_spec, attached_spec
 from ._collector import Collector
 from ._edit import OPERATIONS, Intervention, RuntimeValue
 from ._held import hold_hooks, release_hooks
@@ -47,6 +47,7 @@ __all__ = [
     "TracePlan",
     "TraceRun",
     "TraceScope",
+    "attach_interventions",
     "attach_spec",
     "attached_spec",
     "config_attribute",
