@@ -1,4 +1,9 @@
-"""Which files `validate` reads: FILE arguments as given, directories walked for `*.yaml` / `*.yml`.
+"""Which files `validate` and `check` read: FILE arguments as given, directories walked for `*.yaml` / `*.yml`.
+
+A file named on the command line is read as a spec whatever it holds. A file found by walking a
+directory is read only when it looks like a spec (a top-level `yamltrace:` key); other YAML (CI
+configs, pre-commit's) is counted as skipped, not reported invalid. `--exclude GLOB` leaves out the
+files and directories whose path (relative to the walked directory, or as given) or name matches.
 
 A directory is walked depth first in name order, iteratively, at most `MAX_WALK_DEPTH` levels down.
 Symbolic links to directories are followed, but each real directory is walked once: a second path to
@@ -10,17 +15,25 @@ regular file (a FIFO, a socket, a device) is reported, never opened; a broken li
 
 from __future__ import annotations
 
+import argparse
+import fnmatch
 import os
+import re
 import stat
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 from ..errors import SpecIssue
 
-__all__ = ["MAX_WALK_DEPTH", "SPEC_SUFFIXES", "Target", "expand", "unreadable"]
+__all__ = [
+    "MAX_WALK_DEPTH", "SPEC_SUFFIXES", "Found", "Target", "add_exclude", "collect", "looks_like_spec", "unreadable",
+]  # fmt: skip
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 MAX_WALK_DEPTH = 64  # folder levels below a DIR argument that `validate` walks
+SNIFF_BYTES = 256 * 1024  # how much of a walked file is searched for the `yamltrace:` key (a spec's size cap)
+# A top-level `yamltrace:` key (block style, quoted or not), or a top-level flow mapping that names it.
+_SPEC_KEY = re.compile(rb"""^(?:\xef\xbb\xbf)?(?:yamltrace|"yamltrace"|'yamltrace')[ \t]*:|^\{[^#]*\byamltrace\b""", re.M)
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,24 @@ def unreadable(path: str) -> SpecIssue | None:
         return SpecIssue(f"cannot read the file: {e.strerror or e}", "$", path)
 
 
+@dataclass(frozen=True)
+class Found:
+    """What the arguments name: the files to read (`targets`) and the walked YAML files that are not specs."""
+
+    targets: list[Target] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def looks_like_spec(path: str) -> bool:
+    """Whether the file at `path` (a regular, readable file) has a top-level `yamltrace:` key in its first bytes."""
+    with open(path, "rb") as f:
+        return _SPEC_KEY.search(f.read(SNIFF_BYTES)) is not None
+
+
+def _excluded(relative: str, name: str, exclude: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(relative, glob) or fnmatch.fnmatchcase(name, glob) for glob in exclude)
+
+
 def _key(path: str) -> tuple[int, int]:
     st = os.stat(path)
     return st.st_dev, st.st_ino
@@ -69,8 +100,9 @@ def _skipped(path: str, message: str) -> Target:
     return Target(path, SpecIssue(message, "$", path))
 
 
-def _walk(top: str) -> Iterator[Target]:
-    """The spec files under `top`, depth first in name order; each real directory once, `MAX_WALK_DEPTH` deep."""
+def _walk(top: str, exclude: Sequence[str] = ()) -> Iterator[Target]:
+    """The YAML files under `top`, depth first in name order; each real directory once, `MAX_WALK_DEPTH` deep;
+    entries matching an `exclude` glob left out."""
     listing = _listing(top)
     if isinstance(listing, Target):
         yield listing
@@ -83,6 +115,8 @@ def _walk(top: str) -> Iterator[Target]:
         if entry is None:
             stack.pop()
             ancestors.pop()
+        elif exclude and _excluded(os.path.relpath(entry.path, top).replace(os.sep, "/"), entry.name, exclude):
+            continue
         elif _is_dir(entry):
             key = _key(entry.path)
             loop = next((path for k, path in ancestors if k == key), None)
@@ -105,16 +139,37 @@ def _walk(top: str) -> Iterator[Target]:
             yield Target(entry.path, unreadable(entry.path))
 
 
-def expand(arguments: list[str]) -> list[Target]:
-    """The files named by `arguments`, in order: a file as given, a directory as its spec files."""
-    targets: list[Target] = []
+def collect(arguments: Sequence[str], *, exclude: Sequence[str] = ()) -> Found:
+    """The files named by `arguments`, in order: a file as given (strict: read whatever it holds), a
+    directory as the spec files under it; walked YAML without a top-level `yamltrace:` key is `skipped`."""
+    found = Found()
     for argument in arguments:
-        if not os.path.isdir(argument):
-            targets.append(Target(argument, unreadable(argument)))
+        if exclude and _excluded(argument.replace(os.sep, "/"), os.path.basename(argument), exclude):
             continue
-        found = list(_walk(argument))
-        if not found:
+        if not os.path.isdir(argument):
+            found.targets.append(Target(argument, unreadable(argument)))
+            continue
+        specs: list[Target] = []
+        skipped: list[Target] = []
+        for target in _walk(argument, exclude):
+            (skipped if target.problem is None and not looks_like_spec(target.path) else specs).append(target)
+        if not specs:
             message = f"no spec files ({', '.join('*' + s for s in SPEC_SUFFIXES)}) in this directory"
-            found = [Target(argument, SpecIssue(message, "$", argument))]
-        targets.extend(found)
-    return targets
+            if skipped:
+                message += f"; {len(skipped)} YAML {'file' if len(skipped) == 1 else 'files'} without a top-level 'yamltrace:' key skipped"
+            specs = [Target(argument, SpecIssue(message, "$", argument))]
+        found.targets.extend(specs)
+        found.skipped.extend(t.path for t in skipped)
+    return found
+
+
+def add_exclude(parser: argparse.ArgumentParser) -> None:
+    """The `--exclude GLOB` option of the commands that walk directories (`validate`, `check`)."""
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="leave out files and directories whose path (relative to a directory argument) or name matches "
+        "GLOB (fnmatch; repeatable), e.g. --exclude 'tests/data/*'",
+    )

@@ -29,6 +29,7 @@ __all__ = ["SCHEMA_ID", "SCHEMA_FILE", "checked_document", "load_schema", "schem
 SCHEMA_ID = "https://yamltrace.dev/schemas/yamltrace-spec-v1.schema.json"
 SCHEMA_FILE = "yamltrace-spec-v1.schema.json"
 
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
 _NUMBER_LIKE = re.compile(r"[-+]?[0-9][0-9_.oOxXbBeE+-]*")
 # A list item that YAML flow style reads back unquoted as the same value.
 _PLAIN_ITEM = re.compile(r"-?[0-9]+|[A-Za-z_][A-Za-z0-9_.:]*")
@@ -88,14 +89,24 @@ def _type_message(error: ValidationError) -> str:
     message = f"{_show(value)} is not of type {', '.join(repr(t) for t in expected)}"
     if "string" in expected and (value is None or isinstance(value, (bool, int, float))):
         return message + "; quote it to make it text"
-    if "boolean" in expected and isinstance(value, str):
+    if "boolean" in expected and (isinstance(value, str) or value in (0, 1)) and not isinstance(value, bool):
         return message + "; write true or false"
+    if "integer" in expected and isinstance(value, str) and _DECIMAL.fullmatch(value):
+        return message + "; it is quoted, so it is text: remove the quotes"
     if "integer" in expected and isinstance(value, (str, float)) and _NUMBER_LIKE.fullmatch(str(value)):
         return message + "; write a plain decimal integer (no leading zeros, underscores, 0o/0x or dot)"
     if expected == ["array"] and isinstance(value, (int, str)) and not isinstance(value, bool):
-        item = str(value) if _PLAIN_ITEM.fullmatch(str(value)) else json.dumps(value)
-        return message + f"; write [{item}] for a list of one"
+        return message + _list_hint(str(value))
     return message
+
+
+def _list_hint(text: str) -> str:
+    """How to write `text` (a scalar given where a list is expected) as a YAML list: `0,-1` is `[0, -1]`."""
+    items = [item.strip() for item in text.split(",")]
+    if len(items) > 1 and all(_PLAIN_ITEM.fullmatch(item) for item in items):
+        return f"; write [{', '.join(items)}] for a list"
+    item = text if _PLAIN_ITEM.fullmatch(text) else json.dumps(text)
+    return f"; write [{item}] for a list of one"
 
 
 def _subschema(error: ValidationError) -> Mapping[str, Any]:

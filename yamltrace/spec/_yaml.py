@@ -266,6 +266,8 @@ def _parse(text: str, file: str | None, chain: tuple[str, ...], budget: Budget |
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         message = e.problem or e.context or "invalid YAML"
+        if e.problem and "'\\t'" in e.problem:  # PyYAML writes the tab as its repr, '\t'
+            message = "a tab character cannot start a token (YAML indents with spaces); replace the tab with spaces"
         if e.context and e.problem:
             message += f" ({e.context})"
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
