@@ -142,3 +142,14 @@ def test_a_tensor_file_linked_out_of_the_checkpoint_folder_is_refused(steered, t
     os.symlink(outside, steered / "steer.safetensors")
     with pytest.raises((FolderError, SpecError), match="steer.safetensors"):
         from_pretrained(TinyModel, steered)
+
+
+def test_inspect_and_check_list_a_checkpoint_interventions(steered, capsys) -> None:
+    from yamltrace.cli import main
+
+    assert main(["inspect", str(steered)]) == 0
+    listed = capsys.readouterr().out
+    assert "intervention 1 steer" in listed and "intervention 2 quiet" in listed
+    assert main(["check", str(steered), "--model", "yamltrace.examples.tiny:TinyModel"]) == 0
+    checked = capsys.readouterr().out
+    assert "intervention steer" in checked and "layers.1" in checked
