@@ -198,3 +198,24 @@ def test_steering_a_builtin_key_edits_exactly_what_it_captures(family: str, key:
     assert torch.equal(after[key][0], before[key][0])  # upstream of the edit: unchanged
     assert torch.equal(after[key][1], before[key][1] + STEER)  # the captured value is the edited one
     assert torch.equal(out, _by_hand(model, family, case))  # and it is what the next module received
+
+
+def test_a_transformers_checkpoint_with_interventions_loads_steered(tmp_path) -> None:
+    from safetensors.torch import save_file
+
+    model = _model("llama")
+    model.save_pretrained(tmp_path)
+    save_file({"v": STEER}, str(tmp_path / "steer.safetensors"))
+    (tmp_path / "yamltrace.yaml").write_text(
+        "yamltrace: 1\nimports: [transformers.models.llama.modeling_llama]\n"
+        "interventions:\n  steer: {target: LlamaDecoderLayer, layers: [1], add: {tensor: 'steer.safetensors:v'}}\n",
+        encoding="utf-8",
+    )
+    loaded = yamltrace.from_pretrained(tf.LlamaModel, tmp_path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        steered = loaded(_ids()).last_hidden_state
+        loaded.yamltrace_interventions.remove()
+        plain = loaded(_ids()).last_hidden_state
+    assert torch.equal(steered, _by_hand(model, "llama", Case("hidden_states", "add", STEER, layers=(1,))))
+    with torch.no_grad():
+        assert torch.equal(plain, model(_ids()).last_hidden_state)
