@@ -113,7 +113,9 @@ def main() -> None:
         for name, tool in variants.items():
             if name != "plain forward" and not torch.equal(tool(ids), expected):
                 raise SystemExit(f"{name} edited something else than the forward hooks")
-        timing = harness.compare({name: (lambda t=tool: t(ids)) for name, tool in variants.items()}, calls=args.calls, rounds=args.rounds)
+        timing = harness.compare(
+            {name: (lambda t=tool: t(ids)) for name, tool in variants.items()}, calls=args.calls, rounds=args.rounds
+        )
     print(f"8 layers, hidden {args.hidden}, seq {args.seq}; CPU time of one thread, median of {args.rounds} rounds")
     print("| variant | ÷ plain forward | added per forward (µs) |")
     print("|---|---|---|")

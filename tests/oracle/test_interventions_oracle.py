@@ -46,8 +46,13 @@ FAMILIES: dict[str, Callable[[], nn.Module]] = {
     ),
     "bert": lambda: tf.BertModel(
         _config(
-            tf.BertConfig, vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=37, num_hidden_layers=2,
-            num_attention_heads=HEADS, pad_token_id=0,
+            tf.BertConfig,
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            intermediate_size=37,
+            num_hidden_layers=2,
+            num_attention_heads=HEADS,
+            pad_token_id=0,
         )  # fmt: skip
     ),
 }
@@ -76,10 +81,7 @@ CASES = {
     "clamp-input": Case("mlp_activations", "clamp", (None, 0.0)),
 }
 PAIRS = [
-    (family, name)
-    for family in FAMILIES
-    for name, case in CASES.items()
-    if case.key in load_spec(f"builtin:{family}").outputs
+    (family, name) for family in FAMILIES for name, case in CASES.items() if case.key in load_spec(f"builtin:{family}").outputs
 ]
 
 

@@ -132,7 +132,9 @@ def test_an_intervention_that_cannot_apply_fails_the_whole_load(steered) -> None
 def test_a_run_time_value_in_a_checkpoint_is_refused_located(steered) -> None:
     text = STEERED.replace('add: {tensor: "steer.safetensors:v"}', "add: {value: direction}")
     (steered / SPEC_FILE).write_text(text, encoding="utf-8")
-    with pytest.raises(SpecError, match=r"yamltrace\.yaml:\d+:\d+: \$\.interventions\.steer: .*\{value: direction\}.*cannot supply"):
+    with pytest.raises(
+        SpecError, match=r"yamltrace\.yaml:\d+:\d+: \$\.interventions\.steer: .*\{value: direction\}.*cannot supply"
+    ):
         from_pretrained(TinyModel, steered)
 
 
