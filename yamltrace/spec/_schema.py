@@ -53,7 +53,7 @@ def _validator() -> jsonschema.protocols.Validator:
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
     )
-    cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"uniqueItems": _unique_items}, type_checker=checker)
+    cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"uniqueItems": _unique_items, "properties": _properties}, type_checker=checker)
     validator: jsonschema.protocols.Validator = cls(_schema())
     return validator
 
@@ -125,6 +125,39 @@ def _unknown_keys(error: ValidationError, document: SpecDocument, path: tuple[st
     return issues
 
 
+def _custom_message(error: ValidationError) -> str | None:
+    """The schema's own message for `error`, read as yaml-language-server reads it, so an editor and
+    yamltrace say the same thing: `patternErrorMessage` for a failed `pattern` (yamltrace puts the value
+    first: `'gpu' is not a device; ...`), else the failing object's `errorMessage` (a string, for every
+    failure of that object), else, for `oneOf` / `anyOf`, the `errorMessage` all its alternatives share."""
+    schema = _subschema(error)
+    if error.validator == "pattern" and isinstance(schema.get("patternErrorMessage"), str):
+        return f"{_show(error.instance)} is {schema['patternErrorMessage']}"
+    message = schema.get("errorMessage")
+    if isinstance(message, str):
+        return message
+    if error.validator in ("oneOf", "anyOf") and isinstance(error.validator_value, list):
+        shared = {alt.get("errorMessage") if isinstance(alt, Mapping) else None for alt in error.validator_value}
+        if len(shared) == 1 and isinstance(only := shared.pop(), str):
+            return only
+    return None
+
+
+def _properties(validator: Any, properties: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]) -> Any:
+    """`properties`, with a property whose schema is `false` reported at the object that forbids it,
+    where that object's `errorMessage` says why (`{"properties": {"index": false}, "errorMessage": ...}`,
+    the form editors show)."""
+    if not validator.is_type(instance, "object"):
+        return
+    for name, subschema in properties.items():
+        if name not in instance:
+            continue
+        if subschema is False:
+            yield ValidationError(f"{name!r} is not allowed here")
+        else:
+            yield from validator.descend(instance[name], subschema, path=name, schema_path=name)
+
+
 def _issues_for(error: ValidationError, document: SpecDocument) -> list[SpecIssue]:
     path = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and _subschema(error).get("additionalProperties") is False:
@@ -132,9 +165,9 @@ def _issues_for(error: ValidationError, document: SpecDocument) -> list[SpecIssu
     if "propertyNames" in error.absolute_schema_path:
         key: Any = error.instance  # propertyNames validates a key, a str
         return [document.issue((*path, key), f"key {error.message}", at_key=True)]
-    custom = error.schema.get("errorMessage", {}).get(error.validator) if isinstance(error.schema, dict) else None
+    custom = _custom_message(error)
     if custom:
-        message = custom.format(instance=_show(error.instance))
+        message = custom
     elif error.validator == "type":
         message = _type_message(error)
     else:
