@@ -7,7 +7,9 @@ from types import MappingProxyType
 from typing import Any
 
 import torch
+from torch import nn
 
+from .engine import head_count
 from .errors import did_you_mean
 
 __all__ = ["Captures"]
@@ -19,10 +21,17 @@ class Captures(Mapping[str, tuple[Any, ...]]):
     `steps` holds one read-only mapping per finished call of the traced module, in call order. Each
     value knows the module it came from: `paths(key)` lists their dotted paths beside `self[key]`,
     `by_path(key)` maps path -> value, `stack(key)` stacks a key's tensors into one, and
-    `cat_steps(key)` joins every step's value of each module along the sequence (a `generate` call).
+    `cat_steps(key)` joins every step's value of each module along the sequence (a `generate` call),
+    and `split_heads(key)` gives heads their own dimension (`attention_heads`).
     """
 
-    def __init__(self, lists: dict[str, list[Any]], ends: list[tuple[int, ...]], paths: dict[str, list[str]]) -> None:
+    def __init__(
+        self,
+        lists: dict[str, list[Any]],
+        ends: list[tuple[int, ...]],
+        paths: dict[str, list[str]],
+        model: nn.Module | None = None,
+    ) -> None:
         # The trace's flat lists (values, and the path of each), and where each finished step ends in
         # them (a step in progress or one that failed is not visible). All are only ever changed in
         # place by the trace's hooks.
@@ -30,6 +39,7 @@ class Captures(Mapping[str, tuple[Any, ...]]):
         self._lists = lists
         self._paths = paths
         self._ends = ends
+        self._model = model  # the traced module, whose submodules `split_heads` asks for head counts
 
     @property
     def steps(self) -> tuple[Mapping[str, tuple[Any, ...]], ...]:
@@ -142,6 +152,38 @@ class Captures(Mapping[str, tuple[Any, ...]]):
                 values.append(step_values[position])
             joined.append(_joined(where, values, dim))
         return tuple(joined)
+
+    def split_heads(self, key: str, *, step: int | None = None, heads: int | None = None) -> tuple[Any, ...]:
+        """`self[key]` (one step's values with `step`) with the last dimension split into heads:
+        `[batch, seq, heads * head_dim]` -> `[batch, seq, heads, head_dim]`, a view (a copy only where the
+        last dimension is not contiguous in memory).
+
+        For `attention_heads` (the input of the attention output projection, every head's result side
+        by side). The head count is the captured module's own: the nearest module on its path that
+        says (an attention module's `num_heads` or `head_dim`, else a model's
+        `config.num_attention_heads`), so each tower of a composite splits by its own; `heads=N`
+        overrides it. Values left out (`None`) stay `None`; ValueError naming the module when its
+        count is unknown or does not divide the last dimension.
+        """
+        start, end = self._span(key, step)
+        split: list[Any] = []
+        for path, value in zip(self.paths(key, step=step), self._lists[key][start:end]):
+            if value is None:
+                split.append(None)
+                continue
+            where = f"split_heads({key!r}): module {path or '<root>'}"
+            if not isinstance(value, torch.Tensor) or value.dim() == 0:
+                raise ValueError(f"{where} captured {type(value).__name__}, not a tensor with a last dimension to split.")
+            width = value.shape[-1]
+            count = heads
+            if count is None and self._model is not None:
+                count = head_count(self._model, path, width)
+            if count is None:
+                raise ValueError(f"{where}: no module on its path says how many heads it has; pass heads=N.")
+            if count <= 0 or width % count:
+                raise ValueError(f"{where}: a last dimension of {width} does not split into {count} heads; pass heads=N.")
+            split.append(value.reshape(*value.shape[:-1], count, width // count))
+        return tuple(split)
 
     def _values(self, key: str, step: int) -> list[Any]:
         start, end = self._span(key, step)

@@ -5,6 +5,8 @@
   module paths (a warning with `strict=False`).
 - `check_patches`: `trace` does not apply a spec's patches; a spec whose patches would still replace a
   module of the model is an error saying how to apply them (`patch_model`, `from_pretrained`).
+- `attention_weight_issues`: a recorder of attention weights (docs/vocabulary.md) on modules whose
+  attention implementation computes none (SDPA, flash) is a located warning before anything runs.
 - `warn_no_tensor`: a key whose modules ran but returned `None` where the recorder reads (attention
   weights under SDPA) warns once per model, naming `attn_implementation="eager"`.
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 from torch import nn
 
+from ._vocabulary import ATTENTION_WEIGHT_KEYS, returns_no_attention_weights
 from .engine import OutputRecorder, scope_modules
 from .errors import SpecError, SpecIssue
 from .spec import PatchEntry, Spec
@@ -32,6 +35,9 @@ __all__ = [
     "retarget_to_patches",
     "spec_rule",
     "warn_no_tensor",
+    "warn_attention_weights",
+    "attention_weight_issues",
+    "nearest_config",
     "dead_hints",
 ]
 
@@ -182,3 +188,61 @@ def warn_no_tensor(model: nn.Module, lists: Mapping[str, list[Any]]) -> None:
         'attn_implementation="eager" (or set `model.config._attn_implementation = "eager"`) to capture them.',
         stacklevel=4,
     )
+
+
+def nearest_config(modules: Mapping[str, nn.Module], path: str) -> Any:
+    """The `config` nearest to the module at `path` (its own, then its parents'; a tower's in a
+    composite model), None when no module on the way has one. `modules`: `dict(model.named_modules())`."""
+    parts = path.split(".") if path else []
+    for n in range(len(parts), -1, -1):
+        config = getattr(modules.get(".".join(parts[:n])), "config", None)
+        if config is not None:
+            return config
+    return None
+
+
+def _weightless_fix(spec: Spec, implementation: str) -> str:
+    if spec.options.get("attn_implementation") == "eager":
+        return (
+            f"the spec states attn_implementation 'eager', but this model was built with {implementation!r}: load it "
+            'with yamltrace.from_pretrained(cls, path, spec=spec), or call model.set_attn_implementation("eager")'
+        )
+    return (
+        "add `options: {attn_implementation: eager}` to the spec (yamltrace.from_pretrained then builds the model "
+        'with it), or switch this model: model.set_attn_implementation("eager")'
+    )
+
+
+def attention_weight_issues(model: nn.Module, spec: Spec) -> list[SpecIssue]:
+    """One located issue per recorder of attention weights whose modules compute none (sdpa, flash)."""
+    paths = [p for p, _ in _spec_sections(spec)]
+    named = dict(model.named_modules())
+    issues = []
+    for scope, outputs in _spec_sections(spec):
+        if scope not in named:
+            continue
+        modules = scope_modules(model, scope, paths)
+        for key in ATTENTION_WEIGHT_KEYS.intersection(outputs):
+            for position, recorder in enumerate(outputs[key]):
+                hooked = [scope + path if scope else path[1:] for path, m in modules if recorder.matches(m, path)]
+                implementations = [(p, getattr(nearest_config(named, p), "_attn_implementation", None)) for p in hooked]
+                silent = [(p, str(i)) for p, i in implementations if returns_no_attention_weights(i)]
+                if not silent:
+                    continue
+                path, implementation = silent[0]
+                message = (
+                    f"output {key!r} captures attention weights, but {type(named[path]).__name__} at {path} runs "
+                    f"attn_implementation {implementation!r}, which computes none, so the capture is empty. Fix: "
+                    f"{_weightless_fix(spec, implementation)}."
+                )
+                issues.append(dataclasses.replace(spec.where(scope, key, position), message=message))
+    return issues
+
+
+def warn_attention_weights(model: nn.Module, spec: Spec, *, stacklevel: int) -> None:
+    """Warn, located, when the spec captures attention weights that the model's attention computes none of
+    (then `warn_no_tensor` says nothing more for this model)."""
+    issues = attention_weight_issues(model, spec)
+    if issues:
+        _warned.add(model)
+        warnings.warn(str(SpecError(issues)), stacklevel=stacklevel + 1)

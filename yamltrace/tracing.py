@@ -21,7 +21,7 @@ from torch import nn
 
 from ._captures import Captures
 from ._spec_arg import SpecLike, as_spec
-from ._trace_checks import check_recorders, retarget_to_patches, warn_no_tensor
+from ._trace_checks import check_recorders, retarget_to_patches, warn_attention_weights, warn_no_tensor
 from .engine import TracePlan, TraceRun, attached_spec, decorated_paths, normalized_tasks, own_output_map, plan_trace, unwrap
 from .engine import TraceScope as _Scope
 from .intervening import planned_edits, start_edits
@@ -111,6 +111,7 @@ def _planned(
             return outputs is None or planned.names.get((path, key)) in wanted
 
         check_recorders(model, explicit, {s.path: s.module for s in scopes}, strict=strict, checked=checked)
+        warn_attention_weights(model, explicit, stacklevel=4)  # above _planned: trace, contextlib, the caller
     return planned, explicit
 
 
@@ -165,11 +166,15 @@ def trace(
     # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
     outer, model = model, unwrap(model)
     planned, explicit = _planned(model, spec, outputs, strict)
-    edits = planned_edits(model, explicit, values, strict=strict) if explicit is not None and explicit.interventions else []
+    edits = (
+        planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
+        if values or explicit and explicit.interventions
+        else []
+    )
     run = TraceRun(planned)
     with contextlib.ExitStack() as stack:
         start_edits(stack, edits, run.session)  # edited values are what the block's captures record
         run.start(stack, outer)
-        yield Captures(run.lists, run.ends, run.paths)
+        yield Captures(run.lists, run.ends, run.paths, model)
     if run.ends:
         warn_no_tensor(model, run.silent_outputs())

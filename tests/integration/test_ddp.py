@@ -14,6 +14,8 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from helpers import assert_same
+from yamltrace import OutputRecorder, Spec, intervene
+from yamltrace.engine import Intervention
 from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import trace
 
@@ -56,6 +58,22 @@ def traced(model: nn.Module, batch: torch.Tensor) -> dict[str, tuple]:
     return {key: (tuple(values), captures.paths(key)) for key, values in captures.items()}
 
 
+# Steer the last position of layer 1, and zero head 2 of the last layer's attention output.
+EDITS = Spec(
+    outputs={},
+    interventions=[
+        Intervention("steer", OutputRecorder(TinyDecoderLayer, layers=(1,), positions=(-1,)), "add", 0.5),
+        Intervention("ablate", OutputRecorder(class_name="self_attn", index=0, layers=(-1,)), "zero", heads=(2,)),
+    ],
+)
+
+
+def edited(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """The last hidden state of one call under `EDITS`."""
+    with torch.no_grad(), intervene(model, EDITS):
+        return model(batch).last_hidden_state
+
+
 def worker(rank: int, store: str, out: str) -> None:
     from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
     from torch.nn.parallel import DistributedDataParallel
@@ -66,10 +84,11 @@ def worker(rank: int, store: str, out: str) -> None:
         ids, x = batches()
         rows = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
         tiny, plain = models()
-        results = {
+        results: dict = {
             "ddp": traced(DistributedDataParallel(tiny), ids[rows]),
             "ddp-plain": traced(DistributedDataParallel(plain), x[rows]),
         }
+        edits = {"ddp": edited(DistributedDataParallel(tiny), ids[rows])}
         tiny, plain = models()
 
         def wrap_layers(module: nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:
@@ -78,13 +97,16 @@ def worker(rank: int, store: str, out: str) -> None:
         sharded = FullyShardedDataParallel(tiny, auto_wrap_policy=wrap_layers, device_id=torch.device("cpu"))
         assert "_fsdp_wrapped_module.layers.0._fsdp_wrapped_module" in dict(sharded.named_modules())
         results["fsdp"] = traced(sharded, ids[rows])
+        edits["fsdp"] = edited(sharded, ids[rows])
         results["fsdp-plain"] = traced(FullyShardedDataParallel(plain, device_id=torch.device("cpu")), x[rows])
         tiny, _ = models()
         for layer in tiny.layers:
             fully_shard(layer)
         fully_shard(tiny)
         results["fully_shard"] = traced(tiny, ids[rows])
+        edits["fully_shard"] = edited(tiny, ids[rows])
         torch.save(results, os.path.join(out, f"rank{rank}.pt"))
+        torch.save(edits, os.path.join(out, f"edits{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -105,3 +127,10 @@ def test_each_rank_captures_what_one_process_captures_on_its_rows(tmp_path: Path
             for key, (values, paths) in captured.items():
                 assert paths == expected[model][key][1], (rank, name, key)
                 assert_same(values, expected[model][key][0], f"rank {rank} {name} {key}")
+        plain_output = tiny(ids[rows]).last_hidden_state
+        expected_edit = edited(tiny, ids[rows])
+        assert not torch.equal(expected_edit, plain_output)
+        edits = torch.load(tmp_path / f"edits{rank}.pt")
+        assert set(edits) == {"ddp", "fsdp", "fully_shard"}
+        for name, output in edits.items():
+            assert torch.allclose(output, expected_edit, atol=1e-6), (rank, name)

@@ -12,7 +12,7 @@ import yamltrace
 from helpers import hook_count
 from yamltrace import OutputRecorder, Spec
 from yamltrace.engine import Intervention, RuntimeValue
-from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
+from yamltrace.examples.tiny import TinyDecoderLayer, TinyModel
 
 
 @pytest.fixture(autouse=True)
@@ -134,4 +134,17 @@ def test_held_hooks_follow_a_foreign_hook_added_between_capturing_forwards(tiny:
         after = tiny(input_ids, output_hidden_states=True).hidden_states
     yamltrace.release_hooks(tiny)
     assert torch.equal(states[2], torch.zeros_like(states[2])) and not torch.equal(after[2], states[2])
+    assert hook_count(tiny) == 0
+
+
+def test_dynamic_shape_compile_edits_each_length_as_eager(tiny: TinyModel, input_ids) -> None:
+    values = {"v": torch.linspace(-3, 3, 32)}
+    compiled = torch.compile(tiny, backend="eager", dynamic=True)
+    with torch.no_grad():
+        for length in (7, 5, 6):
+            batch = input_ids[:, :length]
+            with yamltrace.intervene(tiny, steer_spec(), values=values):
+                expected = tiny(batch).last_hidden_state
+                got = compiled(batch).last_hidden_state
+            assert torch.equal(got, expected)
     assert hook_count(tiny) == 0

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaForCausalLM, LlamaModel, MixtralConfig, MixtralForCausalLM
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer
 from transformers.models.mixtral.modeling_mixtral import MixtralDecoderLayer
 
 import yamltrace
@@ -234,3 +234,26 @@ def test_a_spec_takes_last_and_first_and_locates_a_misspelling() -> None:
         load_spec(text)
     spec = load_spec(text.replace("lats", "last"))
     assert spec.outputs["last"][0].positions == "last"
+
+
+def test_a_mask_without_positions_is_a_located_error() -> None:
+    text = "yamltrace: 1\noutputs:\n  h: {target: torch.nn:Linear, mask: attention_mask}\n"
+    with pytest.raises(yamltrace.SpecError, match=r":3:.*\$\.outputs\.h: .*mask names the attention mask.*set positions"):
+        load_spec(text)
+
+
+def test_attention_weights_keep_each_rows_last_real_query_along_seq_dim_2() -> None:
+    model, _ = _model("llama")
+    batch = _batch("right")
+    spec = {
+        "full": OutputRecorder(LlamaAttention, index=1),
+        "last": OutputRecorder(LlamaAttention, index=1, positions="last", seq_dim=2),
+        "first": OutputRecorder(LlamaAttention, index=1, positions="first", seq_dim=-2),
+    }
+    with torch.no_grad(), yamltrace.trace(model, spec) as captures:
+        model(**batch)
+    ends = batch["attention_mask"].sum(1) - 1
+    for full, last, first in zip(captures["full"], captures["last"], captures["first"]):
+        assert last.shape == (len(LENGTHS), full.shape[1], 1, full.shape[3])
+        assert torch.equal(last[:, :, 0], full[torch.arange(len(LENGTHS)), :, ends])
+        assert torch.equal(first, full[:, :, :1])

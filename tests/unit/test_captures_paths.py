@@ -162,3 +162,33 @@ def test_cat_steps_refuses_steps_of_other_modules() -> None:
         pass
     with pytest.raises(ValueError, match=r"cat_steps\('linear'\): the trace has no finished step"):
         empty.cat_steps("linear")
+
+
+def test_split_heads_gives_each_head_its_own_dimension(tiny, input_ids) -> None:
+    recorder = OutputRecorder(nn.Linear, layer_name="self_attn.o_proj", input=0)
+    spec = {"attention_heads": recorder, "weights": OutputRecorder(TinyAttention, index=1)}
+    values: list[torch.Tensor] = []
+    handle = tiny.layers[0].self_attn.v_proj.register_forward_hook(lambda m, a, out: values.append(out))
+    with trace(tiny, spec) as captures:
+        tiny(input_ids)
+    handle.remove()
+    split = captures.split_heads("attention_heads")
+    heads, head_dim = tiny.config.num_attention_heads, tiny.config.hidden_size // tiny.config.num_attention_heads
+    assert [tuple(s.shape) for s in split] == [(2, 7, heads, head_dim)] * tiny.config.num_hidden_layers
+    assert split[0].data_ptr() == captures["attention_heads"][0].data_ptr()  # a view
+    value = values[0].unflatten(-1, (heads, head_dim)).transpose(1, 2)  # [batch, heads, seq, head_dim]
+    for head in range(heads):  # head h of the split is head h's attention output
+        expected = captures["weights"][0][:, head] @ value[:, head]
+        torch.testing.assert_close(split[0][:, :, head], expected)
+
+
+def test_split_heads_without_a_head_count_needs_one() -> None:
+    net = nn.Sequential(nn.Linear(6, 6), nn.Linear(6, 6))
+    with trace(net, {"x": OutputRecorder(nn.Linear, index=0, layers=(1,))}) as captures:
+        net(torch.ones(1, 2, 6))
+    with pytest.raises(ValueError, match=r"split_heads\('x'\): module 1: no module on its path says how many heads"):
+        captures.split_heads("x")
+    none, split = captures.split_heads("x", heads=3)
+    assert none is None and split.shape == (1, 2, 3, 2)
+    with pytest.raises(ValueError, match=r"module 1: a last dimension of 6 does not split into 4 heads"):
+        captures.split_heads("x", heads=4)

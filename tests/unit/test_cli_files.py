@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from yamltrace.cli._files import MAX_WALK_DEPTH, expand
+from yamltrace.cli._files import MAX_WALK_DEPTH, collect
 
 
 def test_a_symlink_dag_is_walked_once_per_directory(tmp_path: Path) -> None:
@@ -22,7 +22,7 @@ def test_a_symlink_dag_is_walked_once_per_directory(tmp_path: Path) -> None:
     for level in range(depth):
         for link in ("a", "b"):
             os.symlink(tmp_path / f"level{level + 1}", tmp_path / f"level{level}" / link)
-    targets = expand([str(tmp_path / "level0")])
+    targets = collect([str(tmp_path / "level0")]).targets
     read = [t.path for t in targets if t.problem is None]
     skipped = [t for t in targets if t.problem is not None]
     assert len(read) == depth + 1
@@ -35,7 +35,7 @@ def test_a_link_loop_is_reported_once(tmp_path: Path) -> None:
     (tmp_path / "top" / "sub").mkdir(parents=True)
     (tmp_path / "top" / "sub" / "s.yml").write_text("yamltrace: 1\n")
     os.symlink(tmp_path / "top", tmp_path / "top" / "sub" / "back")
-    targets = expand([str(tmp_path / "top")])
+    targets = collect([str(tmp_path / "top")]).targets
     assert [(t.path, t.problem and t.problem.message) for t in targets] == [
         (str(tmp_path / "top" / "sub" / "back"), f"symbolic link loop back to {tmp_path / 'top'}; not followed"),
         (str(tmp_path / "top" / "sub" / "s.yml"), None),
@@ -62,7 +62,7 @@ def deep_tree(tmp_path: Path) -> Iterator[str]:
 
 def test_a_tree_deeper_than_the_limit_is_reported_not_a_recursion_error(tmp_path: Path, deep_tree: str) -> None:
     (tmp_path / "d" / "top.yaml").write_text("yamltrace: 1\n")
-    targets = expand([str(tmp_path)])
+    targets = collect([str(tmp_path)]).targets
     assert [t.path for t in targets if t.problem is None] == [str(tmp_path / "d" / "top.yaml")]
     (stopped,) = [t for t in targets if t.problem is not None]
     assert stopped.path == os.path.join(tmp_path, *["d"] * (MAX_WALK_DEPTH + 1))

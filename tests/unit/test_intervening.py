@@ -286,3 +286,18 @@ def test_head_dim_splits_the_last_dimension_as_the_config_head_count_does(model,
             sized = model(ids).last_hidden_state
         theirs = by_hooks(model, ids, "layers.1", "zero", None, (2,), (3,))
     assert torch.equal(counted, theirs) and torch.equal(sized, theirs)
+
+
+def test_trace_refuses_values_that_no_intervention_takes(model, ids) -> None:
+    with pytest.raises(SpecError, match="no intervention takes"), yamltrace.trace(model, values={"v": torch.ones(1)}):
+        pass  # pragma: no cover
+    assert hook_count(model) == 0
+
+
+def test_clamp_without_bounds_is_a_located_error(model) -> None:
+    iv = Intervention("cap", OutputRecorder(TinyDecoderLayer), "clamp", (None, None))
+    with (
+        pytest.raises(SpecError, match=r"\$\.interventions\.cap: .*clamp takes \[low, high\]"),
+        yamltrace.intervene(model, spec_of(iv)),
+    ):
+        pass  # pragma: no cover

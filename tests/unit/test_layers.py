@@ -27,6 +27,7 @@ LAYERS = [
         "yamltrace._recorder_fields",
         "yamltrace._versions",
         "yamltrace._forwards",
+        "yamltrace._vocabulary",
     ),
     (
         "yamltrace.spec._limits",

@@ -23,6 +23,7 @@ from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
 from ..spec._patch_rule import PatchRule, record_swaps, retarget_spec
 from ._hub import HUB_OPTIONS, hub_options, hub_snapshot, hub_spec_file, is_hub_id
+from ._options import with_attn_implementation
 from ._spec_file import SPEC_FILE, SpecSource, checkpoint_spec
 from ._weights import CONFIG_FILE, load_strict, read_weights, weights_file
 
@@ -152,7 +153,7 @@ def load_yamltrace_model(
     model, resolved = _build_under_spec(
         cls,
         _local_spec_file(directory) if spec is None else None,
-        lambda: cls(config),
+        lambda _: cls(config),
         lambda model: load_strict(model, read_weights(weights), weights),
         spec=spec,
         overrides=overrides,
@@ -166,7 +167,7 @@ def load_yamltrace_model(
 def _build_under_spec(
     model_cls: type,
     shipped: Path | None,
-    construct: Callable[[], nn.Module],
+    construct: Callable[[Spec | None], nn.Module],
     finish: Callable[[nn.Module], None] | None = None,
     *,
     spec: SpecSource | None,
@@ -174,7 +175,7 @@ def _build_under_spec(
     trust_imports: bool,
     device: str | torch.device | None,
 ) -> tuple[nn.Module, Spec | None]:
-    """Resolve the checkpoint's spec, `construct` the model under its patches, then `finish` it.
+    """Resolve the checkpoint's spec, `construct` the model (given that spec) under its patches, then `finish` it.
 
     All or nothing: on failure the patched classes are back and the spec's imports are forgotten.
     """
@@ -183,7 +184,7 @@ def _build_under_spec(
         spec_resolved()
         with apply_patches(_build_rule(resolved, device), modules=model_cls) as swapped:
             try:
-                model = construct()
+                model = construct(resolved)
             except RecursionError:
                 raise PatchError([_RECURSIVE_PATCH]) from None
         record_swaps(model, [(r.original, r.replacement) for r in swapped if isinstance(r.original, type)])
@@ -229,7 +230,8 @@ def from_pretrained(
     when present; `spec=` replaces it, `overrides=` overlays it key by key. Patches apply while the model
     is built (scoped to that load; the process-wide patch registry is not touched), recorders are
     retargeted to the replacements, and `trace(model)` uses the spec. Other keyword arguments go to
-    transformers' `from_pretrained`.
+    transformers' `from_pretrained`; a spec's `options: {attn_implementation: eager}` is passed as its
+    `attn_implementation=` (a different `attn_implementation=` of the caller is a `SpecError`).
 
     Args:
         cls: the model class to build (`TinyModel`, `LlamaForCausalLM`, `AutoModelForCausalLM`).
@@ -246,7 +248,8 @@ def from_pretrained(
         is returned in training mode, as built: call `.eval()` for inference.
 
     Raises:
-        SpecError: the spec (or an override) cannot be read, resolved or applied; nothing is built.
+        SpecError: the spec (or an override) cannot be read, resolved or applied, or it states an
+            `attn_implementation` that the caller's `attn_implementation=` contradicts; nothing is built.
         PatchError: a patch cannot build its replacement (a constructor that does not fit).
         FileNotFoundError: the folder has no `config.json`, or no weights.
         FolderError: a file of the checkpoint folder is not a regular file inside it (a FIFO, a folder, a
@@ -272,7 +275,7 @@ def from_pretrained(
     model, resolved = _build_under_spec(
         model_cls,
         shipped,
-        lambda: load(path, **kwargs),
+        lambda resolved: load(path, **with_attn_implementation(kwargs, resolved)),
         spec=spec,
         overrides=overrides,
         trust_imports=trust_imports,

@@ -1,159 +1,195 @@
-"""`yamltrace check SPEC (--model pkg.mod:Class [--config FILE] | --checkpoint DIR)`: what a spec hooks.
+"""`yamltrace check PATH... [--model pkg.mod:Class [--config FILE] | --checkpoint DIR]`: what specs hook.
 
-The model is built on the meta device (no weight memory, no weights read). For each recorder the
-command prints the module paths it hooks, for each patch the modules it replaces, for each intervention
-the modules it edits; anything that matches nothing (a recorder not marked `optional`, a missing scope,
-a patch, an intervention) is listed with the closest classes or paths, and the exit status is 1.
+Each spec file (a directory is walked as `validate` walks it) is checked against a model built on the
+meta device (no weight memory, no weights read; `_check_model`): `--model` or `--checkpoint` for every
+spec, else the class each spec's `model:` key names; one build per distinct model. For each recorder
+the command notes the module paths it hooks, the element it takes and its shape (`_check_shapes`); for
+each patch the modules it replaces, for each intervention the modules it edits. Problems (a recorder
+not marked `optional`, a scope, a patch or an intervention that matches nothing) fail the check;
+warnings (attention weights the model computes none of, a vocabulary key whose shape does not fit) do
+not. Rendered by `_report`, as `validate`'s results are.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
+import dataclasses
+import io
 import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import SpecError, SpecIssue
+from ._check_model import ModelSource, Models, Usage, source_from_arguments
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from ._files import Target, add_exclude, collect
 from ._interventions import report_interventions
+from ._report import REPORTERS, FileResult
 
 __all__ = ["add_check"]
 
 
-class _Usage(Exception):
-    """A usage problem: printed, exit status 2."""
+class _Findings:
+    """What one spec's check found: note lines, problems and warnings (located issues)."""
+
+    def __init__(self, header: str) -> None:
+        self.notes = [header]
+        self.issues: list[SpecIssue] = []
+        self.warnings: list[SpecIssue] = []
+
+    def result(self, file: str) -> FileResult:
+        status = "invalid" if self.issues else "valid"
+        return FileResult(file, status, tuple(self.issues), tuple(self.warnings), tuple(self.notes))
 
 
-def _model_class(reference: str) -> type:
-    module_name, _, qualname = reference.partition(":")
-    if not qualname:
-        raise _Usage(f"--model {reference!r}: write it as package.module:Class")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as e:
-        raise _Usage(f"--model {reference!r}: {e}") from e
-    cls: type = target  # what the user named as the model class
-    return cls
-
-
-def _config(cls: type, config_file: Path | None) -> Any:
-    config_class = getattr(cls, "config_class", None)
-    if config_class is None:
-        raise _Usage(f"{cls.__name__} has no config_class, so check cannot build it")
-    if config_file is None:
-        return config_class()
-    if callable(getattr(config_class, "load", None)):  # yamltrace's Config
-        return config_class.load(config_file)
-    return config_class.from_json_file(str(config_file))
-
-
-def _from_checkpoint(directory: Path, model: str | None) -> tuple[type, Path]:
-    config_file = directory / "config.json"
-    if not config_file.is_file():
-        raise _Usage(f"--checkpoint {directory}: no config.json there")
-    if model is not None:
-        return _model_class(model), config_file
-    architectures = json.loads(config_file.read_text(encoding="utf-8")).get("architectures") or []
-    import transformers
-
-    cls = getattr(transformers, architectures[0], None) if architectures else None
-    if cls is None:
-        raise _Usage(f"--checkpoint {directory}: config.json names no transformers architecture; add --model pkg.mod:Class")
-    return cls, config_file
-
-
-def _report(spec: Any, model: Any, out: Any) -> int:
-    """Print what each recorder and patch of `spec` matches in `model`; the number of dead entries."""
-    from .._trace_checks import dead_hints, patch_targets
+def _recorders(spec: Any, model: Any, found: _Findings) -> None:
+    """Note each recorder's modules, the element it takes and its shape; problems and warnings located."""
+    from .._trace_checks import attention_weight_issues, check_recorders, dead_hints
     from ..engine import scope_modules
+    from ._check_shapes import probe, taken
 
     sections = [(section.scope, section.outputs) for section in spec.sections()]
-    paths = [path for path, _ in sections]
-    names = {path for path, _ in model.named_modules()}
-    dead = 0
+    named = dict(model.named_modules())
+    try:
+        check_recorders(model, spec, {scope: named.get(scope) for scope, _ in sections})
+    except SpecError as e:
+        found.issues.extend(e.issues)
+    found.warnings.extend(attention_weight_issues(model, spec))
+    rows = []
     for scope, outputs in sections:
         label = f"scope {scope}" if scope else "outputs"
-        if scope not in names:
-            print(f"{label}: MISSING: {type(model).__name__} has no submodule {scope!r}", file=out)
-            dead += any(not r.optional for rs in outputs.values() for r in rs)
+        if scope not in named:
+            found.notes.append(f"{label}: MISSING: {type(model).__name__} has no submodule {scope!r}")
             continue
-        modules = scope_modules(model, scope, paths)
+        modules = scope_modules(model, scope, [path for path, _ in sections])
         for key, recorders in outputs.items():
             for position, recorder in enumerate(recorders):
-                where = spec.where(scope, key, position)
-                line = f" (line {where.line})" if where.line else ""
-                hooked = [scope + path if scope else path[1:] or "<root>" for path, m in modules if recorder.matches(m, path)]
-                what = " | ".join(t.__name__ for t in recorder.target_classes) or repr(recorder.class_name)
-                if hooked:
-                    print(f"{label}: {key}[{position}] {what}{line}: {len(hooked)} module(s): {', '.join(hooked)}", file=out)
-                elif recorder.optional:
-                    print(f"{label}: {key}[{position}] {what}{line}: no module (optional)", file=out)
-                else:
-                    dead += 1
-                    print(f"{label}: {key}[{position}] {what}{line}: MATCHES NOTHING{dead_hints(recorder, modules)}", file=out)
+                hooked = [scope + path if scope else path[1:] for path, m in modules if recorder.matches(m, path)]
+                rows.append((label, scope, key, position, recorder, hooked, dead_hints(recorder, modules)))
+    run = probe(model, {path for row in rows for path in row[5]})
+    if run.stopped:
+        found.notes.append(f"shapes: {run.stopped}")
+    for label, scope, key, position, recorder, hooked, hints in rows:
+        where = spec.where(scope, key, position)
+        what = " | ".join(t.__name__ for t in recorder.target_classes) or repr(recorder.class_name)
+        line = f"{label}: {key}[{position}] {what}{f' (line {where.line})' if where.line else ''}: "
+        if not hooked:
+            found.notes.append(line + ("no module (optional)" if recorder.optional else f"MATCHES NOTHING{hints}"))
+            continue
+        took = taken(model, key, recorder, hooked, run)
+        found.notes.append(line + f"{len(hooked)} module(s): {', '.join(hooked)}" + (f"; {took.note}" if took else ""))
+        if took is not None and took.warning is not None:
+            found.warnings.append(dataclasses.replace(where, message=took.warning))
+        if took is not None and took.error is not None:
+            found.issues.append(dataclasses.replace(where, message=took.error))
+
+
+def _patches(spec: Any, model: Any, found: _Findings) -> None:
+    from .._trace_checks import patch_targets
+
     for entry, replaced in patch_targets(model, spec):
+        line = f"patch {entry.pattern!r} -> {entry.replace_with}: "
         if replaced:
-            print(f"patch {entry.pattern!r} -> {entry.replace_with}: replaces {', '.join(replaced)}", file=out)
-        else:
-            dead += 1
-            classes = sorted({type(m).__name__ for m in model.modules()})
-            print(
-                f"patch {entry.pattern!r} -> {entry.replace_with}: MATCHES NOTHING; the model's classes: {', '.join(classes)}",
-                file=out,
-            )
-    return dead + report_interventions(spec, model, out)
+            found.notes.append(line + f"replaces {', '.join(replaced)}")
+            continue
+        classes = ", ".join(sorted({type(m).__name__ for m in model.modules()}))
+        found.notes.append(line + f"MATCHES NOTHING; the model's classes: {classes}")
+        message = f"the patch matches no module of {type(model).__name__}; fix the class name or pattern (the model's classes: {classes})"
+        found.issues.append(SpecIssue(message, f"$.patches[{entry.pattern!r}]", spec.source))
+
+
+def _interventions(spec: Any, model: Any, found: _Findings) -> None:
+    from .._trace_checks import dead_hints
+    from ..engine import scope_modules
+
+    out = io.StringIO()
+    for edit in report_interventions(spec, model, out):
+        where = edit.where if edit.where is not None else SpecIssue("", f"$.interventions.{edit.name}", spec.source)
+        hints = dead_hints(edit.select, scope_modules(model, "", ()))
+        message = f"intervention {edit.name!r} edits no module of {type(model).__name__}{hints}; fix its selector"
+        found.issues.append(dataclasses.replace(where, message=message))
+    found.notes.extend(out.getvalue().splitlines())
+
+
+def _named_model(path: str, trust: bool) -> ModelSource | SpecIssue:
+    """The class a spec's `model:` key names (resolved as its other classes are), or why there is none."""
+    from torch import nn
+
+    from ..spec import ImportPolicy, default_registry, validate_spec
+    from ..spec._registry import import_module
+
+    document = validate_spec(Path(path))
+    reference = document.data.get("model")
+    if reference is None:
+        message = (
+            "no model to check this spec on: give --model pkg.mod:Class or --checkpoint DIR, or write the spec's `model:` key"
+        )
+        return SpecIssue(message, "$", path)
+    policy = ImportPolicy.for_model(None, trust=trust)
+    try:
+        imports = document.data.get("imports", [])
+        for module in imports:
+            import_module(module, policy)
+        return ModelSource(default_registry.resolve(reference, imports=imports, policy=policy, subclass_of=nn.Module), None)
+    except SpecError as e:
+        return document.issue(("model",), e.issues[0].message)
+
+
+def _check(target: Target, source: ModelSource | None, models: Models, trust: bool) -> FileResult:
+    from ..spec import load_spec
+
+    if target.problem is not None:
+        return FileResult(target.path, "unreadable", (target.problem,))
+    try:
+        named = source or _named_model(target.path, trust)
+        if isinstance(named, SpecIssue):
+            return FileResult(target.path, "invalid", (named,))
+        spec = load_spec(Path(target.path), trust_imports=trust, for_model=named.cls)
+    except SpecError as e:
+        return FileResult(target.path, "invalid", e.issues)
+    model = models.get(named, spec)
+    found = _Findings(f"{target.path} on {type(model).__name__} (built on the meta device):")
+    _recorders(spec, model, found)
+    _patches(spec, model, found)
+    _interventions(spec, model, found)
+    return found.result(target.path)
 
 
 def _run_check(args: argparse.Namespace) -> int:
-    config_file: Path | None
     try:
-        if args.checkpoint is not None:
-            cls, config_file = _from_checkpoint(Path(args.checkpoint), args.model)
-        elif args.model is not None:
-            cls, config_file = _model_class(args.model), (None if args.config is None else Path(args.config))
-        else:
-            raise _Usage("give --model pkg.mod:Class or --checkpoint DIR")
-        import torch
-
-        from ..errors import SpecError
-        from ..spec import load_spec
-
-        try:
-            spec = load_spec(Path(args.spec), trust_imports=args.trust_imports, for_model=cls)
-        except SpecError as e:
-            print(e, file=sys.stdout)
-            return EXIT_INVALID
-        with torch.device("meta"):
-            model = cls(_config(cls, config_file))
-    except (_Usage, OSError, ValueError) as e:
+        source = source_from_arguments(args.model, args.config, args.checkpoint)
+        models = Models()
+        found = collect(args.specs, exclude=args.exclude)
+        results = [_check(target, source, models, args.trust_imports) for target in found.targets]
+    except (Usage, OSError, ValueError) as e:
         print(f"yamltrace check: {e}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"{args.spec} on {cls.__name__} (built on the meta device):")
-    dead = _report(spec, model, sys.stdout)
-    if dead:
-        print(f"{dead} entr{'y' if dead == 1 else 'ies'} match nothing: fix them, or mark recorders `optional: true`.")
-        return EXIT_INVALID
-    return EXIT_OK
+    REPORTERS[args.format](sys.stdout, detailed=True).report(results, skipped=found.skipped)
+    if any(r.status == "unreadable" for r in results):
+        return EXIT_USAGE
+    return EXIT_INVALID if any(r.status == "invalid" for r in results) else EXIT_OK
 
 
 def add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "check",
-        help="show which modules a spec hooks and replaces on a model built on the meta device",
-        description="Build the model on the meta device (no weights), then print for each recorder the module paths "
-        "it hooks and for each patch the modules it replaces. Exit status: 0 everything matches, 1 something "
-        "matches nothing (or the spec is invalid), 2 a usage error.",
+        help="show which modules specs hook and replace, and what they take, on a model built on the meta device",
+        description="Build each model on the meta device (no weights; one build per distinct model), then print for "
+        "each recorder the module paths it hooks, the element it takes and its shape, and for each patch the modules "
+        "it replaces; a directory is searched for spec files as validate does. Exit status: 0 everything matches "
+        "(warnings allowed), 1 something matches nothing (or a spec is invalid), 2 a usage error or an unreadable file.",
     )
-    parser.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
-    parser.add_argument("--model", metavar="PKG.MOD:CLASS", help="the model class (its module is imported)")
+    parser.add_argument("specs", nargs="+", metavar="PATH", help="spec files (YAML) or directories of them")
+    parser.add_argument(
+        "--model", metavar="PKG.MOD:CLASS", help="the model class (its module is imported); default: each spec's model key"
+    )
     parser.add_argument("--config", metavar="FILE", help="the config JSON to build the model with (default: its default config)")
     parser.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory: its config.json (and architecture)")
+    add_exclude(parser)
+    parser.add_argument("--format", choices=sorted(REPORTERS), default="text", help="output format (default: text)")
     parser.add_argument(
         "--trust-imports",
         action="store_true",
-        help="allow importing the modules the spec names (as load_spec(trust_imports=True))",
+        help="allow importing the modules the specs name (as load_spec(trust_imports=True))",
     )
     parser.set_defaults(run=_run_check)

@@ -19,12 +19,15 @@ import fnmatch
 import os
 import re
 import stat
+import argparse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import SpecIssue
 
-__all__ = ["MAX_WALK_DEPTH", "SPEC_SUFFIXES", "Found", "Target", "collect", "expand", "looks_like_spec", "unreadable"]
+__all__ = [
+    "MAX_WALK_DEPTH", "SPEC_SUFFIXES", "Found", "Target", "add_exclude", "collect", "looks_like_spec", "unreadable",
+]  # fmt: skip
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 MAX_WALK_DEPTH = 64  # folder levels below a DIR argument that `validate` walks
@@ -159,6 +162,13 @@ def collect(arguments: Sequence[str], *, exclude: Sequence[str] = ()) -> Found:
     return found
 
 
-def expand(arguments: Sequence[str], *, exclude: Sequence[str] = ()) -> list[Target]:
-    """The files to read for `arguments` (see `collect`), without the skipped ones."""
-    return collect(arguments, exclude=exclude).targets
+def add_exclude(parser: argparse.ArgumentParser) -> None:
+    """The `--exclude GLOB` option of the commands that walk directories (`validate`, `check`)."""
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="leave out files and directories whose path (relative to a directory argument) or name matches "
+        "GLOB (fnmatch; repeatable), e.g. --exclude 'tests/data/*'",
+    )

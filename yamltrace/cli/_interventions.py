@@ -12,12 +12,13 @@ __all__ = ["describe", "report_interventions"]
 
 def _value(value: Any, reference: str | None) -> str:
     """An operation's value as a spec writes it, kept short (a tensor: its file reference and shape)."""
+    from ..engine import RuntimeValue  # `check` has imported torch by now; `inspect` never comes here
+
     if reference is not None:
         shape = getattr(value, "shape", None)
         return f"{{tensor: {reference}}}" + ("" if shape is None else f" {list(shape)}")
-    name = getattr(value, "name", None)
-    if isinstance(name, str):
-        return f"{{value: {name}}}"
+    if isinstance(value, RuntimeValue):
+        return f"{{value: {value.name}}}"
     if isinstance(value, tuple) and len(value) > 4:
         return f"a vector of {len(value)} numbers"
     if isinstance(value, tuple):
@@ -45,19 +46,19 @@ def describe(edit: Any) -> str:
     return escape_text(f"{edit.name}{line}: {edit.operation}{value} on {modules}" + (f" ({selection})" if selection else ""))
 
 
-def report_interventions(spec: Any, model: Any, out: TextIO) -> int:
-    """Print the module paths each intervention of `spec` hooks in `model`; the number that hook none
-    (an error when the edits run, unless `strict=False`)."""
+def report_interventions(spec: Any, model: Any, out: TextIO) -> list[Any]:
+    """Print the module paths each intervention of `spec` hooks in `model`; returns those that hook
+    none (an error when the edits run, unless `strict=False`)."""
     from .._trace_checks import dead_hints
     from ..engine import scope_modules
 
     modules = scope_modules(model, "", ())
-    dead = 0
+    dead = []
     for edit in spec.interventions:
         hooked = [path[1:] or "<root>" for path, module in modules if edit.select.matches(module, path)]
         if hooked:
             print(f"intervention {describe(edit)}: {len(hooked)} module(s): {', '.join(hooked)}", file=out)
         else:
-            dead += 1
+            dead.append(edit)
             print(f"intervention {describe(edit)}: MATCHES NOTHING{dead_hints(edit.select, modules)}", file=out)
     return dead

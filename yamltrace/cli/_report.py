@@ -1,5 +1,6 @@
 """Validation results as data (`FileResult`, holding `SpecIssue`s), rendered late by a `Reporter`:
-text (`file:line:column: $.path: message`), one JSON document, or GitHub workflow commands."""
+text (`file:line:column: $.path: message`), one JSON document, or GitHub workflow commands.
+`validate` reports problems; `check` also reports warnings and notes (what each recorder hooks)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class FileResult:
-    """One file's outcome: `status` is "valid", "invalid" or "unreadable"; `issues` says why."""
+    """One file's outcome: `status` is "valid", "invalid" or "unreadable"; `issues` says why;
+    `warnings` (located, not failing) and `notes` (lines of what was found) come from `check`."""
 
     file: str
     status: str
     issues: tuple[SpecIssue, ...] = ()
+    warnings: tuple[SpecIssue, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def _count(n: int, word: str) -> str:
@@ -41,24 +45,28 @@ def _skipped_text(n: int) -> str:
 
 
 class Reporter:
-    """Renders a run's results to `stream`; subclasses choose the format."""
+    """Renders a run's results to `stream`; subclasses choose the format. `detailed` (`check`) adds
+    each file's warnings and notes, and a warnings count to the summary."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, detailed: bool = False) -> None:
         self.stream = stream
+        self.detailed = detailed
 
     def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
         """Render `results`; `skipped`: the walked YAML files passed over as not specs (counted)."""
         raise NotImplementedError
 
-    @staticmethod
-    def summary(results: Sequence[FileResult]) -> dict[str, int]:
+    def summary(self, results: Sequence[FileResult]) -> dict[str, int]:
         statuses = [r.status for r in results]
-        return {
+        counts = {
             "files": len(results),
             "invalid": statuses.count("invalid"),
             "unreadable": statuses.count("unreadable"),
             "problems": sum(len(r.issues) for r in results),
         }
+        if self.detailed:
+            counts["warnings"] = sum(len(r.warnings) for r in results)
+        return counts
 
 
 def escape_text(text: str, *, keep: str = "") -> str:
@@ -91,13 +99,19 @@ class TextReporter(Reporter):
 
     def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
         for result in results:
+            for note in result.notes if self.detailed else ():
+                print(escape_text(note), file=self.stream)
             for issue in result.issues:
                 print(escaped_issue(issue), file=self.stream)
+            for issue in result.warnings if self.detailed else ():
+                print(escaped_issue(replace(issue, message=f"warning: {issue.message}")), file=self.stream)
         counts = self.summary(results)
         parts = [_count(counts["files"], "file"), f"{counts['invalid']} invalid"]
         if counts["unreadable"]:
             parts.append(f"{counts['unreadable']} unreadable")
         parts.append(_count(counts["problems"], "problem"))
+        if self.detailed:
+            parts.append(_count(counts["warnings"], "warning"))
         if skipped:
             parts.append(_skipped_text(len(skipped)))
         print(", ".join(parts), file=self.stream)
@@ -111,10 +125,18 @@ class JsonReporter(Reporter):
         document = {
             "valid": all(r.status == "valid" for r in results),
             "summary": self.summary(results),
-            "files": [{"file": r.file, "status": r.status, "issues": [issue.to_dict() for issue in r.issues]} for r in results],
+            "files": [self.file_entry(r) for r in results],
             "skipped": list(skipped),
         }
         print(json.dumps(document, indent=2), file=self.stream)
+
+    def file_entry(self, result: FileResult) -> dict[str, object]:
+        """One file's `status` and `issues` (with `detailed`, its `warnings` and `notes` too)."""
+        entry: dict[str, object] = {"file": result.file, "status": result.status, "issues": [i.to_dict() for i in result.issues]}
+        if self.detailed:
+            entry["warnings"] = [issue.to_dict() for issue in result.warnings]
+            entry["notes"] = list(result.notes)
+        return entry
 
 
 def _escape_data(text: str) -> str:
@@ -127,19 +149,25 @@ def _escape_property(text: str) -> str:
 
 
 class GitHubReporter(Reporter):
-    """GitHub Actions `::error` workflow commands, one per issue, so each shows on its line in the diff;
-    one `::notice` when walked YAML files were skipped as not specs."""
+    """GitHub Actions `::error` workflow commands, one per issue (`::warning` per warning, with
+    `detailed`), so each shows on its line in the diff; one `::notice` when walked YAML files were
+    skipped as not specs."""
 
     def report(self, results: Sequence[FileResult], *, skipped: Sequence[str] = ()) -> None:
         if skipped:
             print(f"::notice title=yamltrace::{_escape_data(_skipped_text(len(skipped)))}", file=self.stream)
         for result in results:
             for issue in result.issues:
-                file = issue.file or result.file
-                where = {"file": file, "line": issue.line, "col": issue.column, "title": "yamltrace"}
-                properties = ",".join(f"{k}={_escape_property(str(v))}" for k, v in where.items() if v is not None)
-                message = _escape_data(f"{issue.json_path}: {issue.message}")
-                print(f"::error {properties}::{message}", file=self.stream)
+                self.command("error", result, issue)
+            for issue in result.warnings if self.detailed else ():
+                self.command("warning", result, issue)
+
+    def command(self, kind: str, result: FileResult, issue: SpecIssue) -> None:
+        """Print one `::error` or `::warning` workflow command for `issue`."""
+        where = {"file": issue.file or result.file, "line": issue.line, "col": issue.column, "title": "yamltrace"}
+        properties = ",".join(f"{k}={_escape_property(str(v))}" for k, v in where.items() if v is not None)
+        message = _escape_data(f"{issue.json_path}: {issue.message}")
+        print(f"::{kind} {properties}::{message}", file=self.stream)
 
 
 REPORTERS: dict[str, type[Reporter]] = {"text": TextReporter, "json": JsonReporter, "github": GitHubReporter}

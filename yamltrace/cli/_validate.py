@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import SpecError
 from ..spec import DEFAULT_MAX_BYTES, validate_spec
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, positive_int
-from ._files import Target, collect
+from ._files import Target, add_exclude, collect
 from ._report import REPORTERS, FileResult
 
 __all__ = ["add_validate"]
@@ -46,14 +46,7 @@ def add_validate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "Exit status: 0 all valid, 1 a spec is invalid, 2 a usage error or a file that cannot be read.",
     )
     parser.add_argument("files", nargs="+", metavar="PATH", help="spec files (YAML) or directories of them")
-    parser.add_argument(
-        "--exclude",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="leave out files and directories whose path (relative to a directory argument) or name matches "
-        "GLOB (fnmatch; repeatable), e.g. --exclude 'tests/data/*'",
-    )
+    add_exclude(parser)
     parser.add_argument("--format", choices=sorted(REPORTERS), default="text", help="output format (default: text)")
     parser.add_argument(
         "--max-bytes",

@@ -9,8 +9,9 @@ through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest 
 """
 
 from ._attached import attach_spec, attached_spec
-from ._collector import Collector
+from ._collector import Collector, entry_of
 from ._edit import OPERATIONS, Intervention, RuntimeValue
+from ._heads import head_count
 from ._held import hold_hooks, release_hooks
 from ._padding import PaddingWatch, shared_warning, tasks_watch, warning_state
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
@@ -52,7 +53,9 @@ __all__ = [
     "config_attribute",
     "decorated_paths",
     "decorator_tie_last",
+    "head_count",
     "default_index",
+    "entry_of",
     "hold_hooks",
     "invalidate",
     "is_under",

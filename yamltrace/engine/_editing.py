@@ -124,19 +124,23 @@ class Edit:
             return value
         if value.requires_grad:
             return value.to(device=t.device, dtype=t.dtype)
-        key = (t.dtype, t.device)
-        converted = self._cache.get(key)
-        if converted is None:
-            converted = value.to(device=t.device, dtype=t.dtype)
-            if not is_compiling():
-                self._cache[key] = converted
-        return converted
+        return self._cached((t.dtype, t.device), lambda: value.to(device=t.device, dtype=t.dtype))
+
+    def _cached(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """`make()`, kept under `key` (not while dynamo traces: its sizes may be symbolic)."""
+        if is_compiling():
+            return make()
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = make()
+        return found
 
     def _checked(self, value: Any, x: torch.Tensor) -> Any:
         """`value`, when it broadcasts to `x` keeping `x`'s shape; else the located error."""
         if not isinstance(value, torch.Tensor):
             return value
-        key = (value.shape, x.shape)
+        compiling = is_compiling()
+        key = None if compiling else (value.shape, x.shape)
         if key in self._fits:
             return value
         n = value.dim()
@@ -146,7 +150,7 @@ class Edit:
                 f"its value of shape {tuple(value.shape)} does not broadcast to the{region} values of shape "
                 f"{tuple(x.shape)} (a vector is along the last dimension); give a value of that shape."
             )
-        if not is_compiling():
+        if key is not None:
             self._fits.add(key)
         return value
 
@@ -158,19 +162,16 @@ class Edit:
         return self.seq_dim % t.dim()
 
     def _positions(self, length: int, device: torch.device) -> torch.Tensor:
-        key = ("positions", length, device)
-        index = self._cache.get(key)
-        if index is None:
-            try:
-                picked = positions_index(self.positions, length)  # type: ignore[arg-type]
-            except PositionError as e:
-                raise self.error(str(e)) from None
-            if len(set(picked)) < len(picked):
-                raise self.error(f"positions {list(self.positions or ())} name position(s) twice in a sequence of {length}.")
-            index = _index_tensor(picked, device)
-            if not is_compiling():
-                self._cache[key] = index
-        return index
+        return self._cached(("positions", length, device), lambda: _index_tensor(self._picked(length), device))  # type: ignore[no-any-return]
+
+    def _picked(self, length: int) -> list[int]:
+        try:
+            picked = positions_index(self.positions, length)  # type: ignore[arg-type]
+        except PositionError as e:
+            raise self.error(str(e)) from None
+        if len(set(picked)) < len(picked):
+            raise self.error(f"positions {list(self.positions or ())} name position(s) twice in a sequence of {length}.")
+        return picked
 
     def _head_count(self, t: torch.Tensor) -> int:
         size, head_dim = t.shape[-1], self.iv.head_dim
@@ -181,16 +182,10 @@ class Edit:
         return int(count)
 
     def _heads(self, count: int, device: torch.device) -> torch.Tensor:
-        key = ("heads", count, device)
-        index = self._cache.get(key)
-        if index is None:
-            heads = self.iv.heads or ()
-            if not all(-count <= h < count for h in heads) or len({h % count for h in heads}) < len(heads):
-                raise self.error(f"heads {list(heads)} are not distinct heads of {count}.")
-            index = _index_tensor([h % count for h in heads], device)
-            if not is_compiling():
-                self._cache[key] = index
-        return index
+        heads = self.iv.heads or ()
+        if not all(-count <= h < count for h in heads) or len({h % count for h in heads}) < len(heads):
+            raise self.error(f"heads {list(heads)} are not distinct heads of {count}.")
+        return self._cached(("heads", count, device), lambda: _index_tensor([h % count for h in heads], device))  # type: ignore[no-any-return]
 
     # The operations, on a region `x` and this module's value.
     def _zero(self, x: torch.Tensor, value: Any) -> torch.Tensor:
@@ -280,7 +275,14 @@ def _values(iv: Intervention, count: int, values: Mapping[str, Any]) -> list[Any
 
 
 def _as_value(iv: Intervention, value: Any) -> Any:
-    if iv.operation in ("add", "set") and not isinstance(value, (torch.Tensor, int, float)) or isinstance(value, bool):
+    """`value`, when the operation can take it (a `SpecError` located at the intervention otherwise)."""
+    if iv.operation == "clamp":
+        if not isinstance(value, tuple) or len(value) != 2 or value == (None, None):
+            raise SpecError(
+                [edit_issue(iv, f"intervention {iv.name!r}: clamp takes [low, high], at most one of them null; got {value!r}.")]
+            )
+        return value
+    if iv.operation != "zero" and (not isinstance(value, (torch.Tensor, int, float)) or isinstance(value, bool)):
         raise SpecError(
             [
                 edit_issue(

@@ -146,8 +146,6 @@ def padding_selector(which: str, seq_dim: int, mask: str | None, fallback: Calla
     the root call's mask `mask` (default `attention_mask`); `fallback` (the literal `[-1]` / `[0]`
     selector) where no root call or mask is known, and for values that are not tensors. The
     dimension is kept (`[batch, 1, ...]`, as `[-1]` gives); the result is a copy (`gather`)."""
-    if which not in PADDING_POSITIONS:
-        raise ValueError(f"padding-aware positions are {PADDING_POSITIONS}, got {which!r}.")
     name = mask or DEFAULT_MASK
 
     def select(value: Any) -> Any:

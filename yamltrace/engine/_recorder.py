@@ -109,6 +109,11 @@ class OutputRecorder:
         object.__setattr__(self, "positions", normalize_positions(self.positions))
         if self.mask is not None and not isinstance(self.mask, str):
             raise TypeError(f"OutputRecorder.mask must be the name of the root forward's mask argument, got {self.mask!r}.")
+        if self.mask is not None and self.positions is None:
+            raise ValueError(
+                "OutputRecorder.mask names the attention mask that positions read, and this recorder keeps every "
+                "position; set positions (last, first, or literal ones) or remove mask."
+            )
         if not isinstance(self.seq_dim, int) or isinstance(self.seq_dim, bool):
             raise TypeError(f"OutputRecorder.seq_dim must be an int, got {self.seq_dim!r}.")
         for field in CHECKED_FIELDS:  # the checks a spec's values get (`validate`), for every recorder

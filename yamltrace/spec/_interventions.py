@@ -163,6 +163,9 @@ def _read(checked: Any, name: str, path: Path, fail: Callable[[Path, str], None]
     except (SafetensorError, OSError, RuntimeError, ValueError) as e:
         fail(path, f"{checked}: cannot read tensor {name!r} ({e}); it is not a safetensors file yamltrace can read")
         return None
+    if not bool(torch.isfinite(tensor).all()):
+        fail(path, f"{checked}: tensor {name!r} holds values that are not finite (NaN or infinity); an edit takes finite values")
+        return None
     return tensor
 
 

@@ -66,9 +66,9 @@ class Spec:
     `outputs` accepts anything a `_can_record_outputs` map accepts and stores read-only tuples of
     `OutputRecorder`; they apply to the whole model (the root scope). `scopes` maps a submodule path
     (`model`, `model.encoder`) to the `SpecScope` of its subtree. `interventions` are the edits to
-    apply, in declaration order (`engine.Intervention`). `source` (the file it came from) and
-    `locations` (where each recorder is written: `(scope path, key, position)` -> a `SpecIssue`
-    without message) do not take part in equality.
+    apply, in declaration order (`engine.Intervention`; tensor values compare by value). `source` (the
+    file it came from) and `locations` (where each recorder is written: `(scope path, key, position)`
+    -> a `SpecIssue` without message) do not take part in equality. A Spec is hashable.
     """
 
     outputs: Mapping[str, tuple[OutputRecorder, ...]]
@@ -106,6 +106,12 @@ class Spec:
             ("locations", MappingProxyType(dict(locations))),
         ):
             object.__setattr__(self, name, value)
+
+    def __hash__(self) -> int:
+        # Over what equality compares, mappings by their items (recorders) or keys (options, scopes), so that
+        # equal specs hash equal; an intervention's tensor value hashes by its dtype and shape.
+        return hash((tuple(self.outputs.items()), self.patches, tuple(self.options), self.model, self.imports,
+                     tuple(self.scopes), self.interventions))  # fmt: skip
 
     def where(self, scope: str, key: str, position: int) -> SpecIssue:
         """Where the recorder at `position` of `key` (in `scope`, "" for `outputs`) is written."""

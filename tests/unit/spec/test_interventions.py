@@ -50,7 +50,7 @@ def test_the_intervention_selector_fields_are_the_recorder_fields_by_reference()
     }
     assert selector == {f.key for f in EDIT_FIELDS}
     assert all(properties[key]["$ref"] == f"#/$defs/recorderObject/properties/{key}" for key in selector)
-    assert not {"detach", "to", "dtype", "optional", "capture_initial_hidden_state"} & set(properties)
+    assert not {"detach", "to", "dtype", "optional", "capture_initial_hidden_state", "mask"} & set(properties)
 
 
 @pytest.mark.parametrize(
@@ -61,6 +61,7 @@ def test_the_intervention_selector_fields_are_the_recorder_fields_by_reference()
         ("a: {target: X, add: 1, scale: 2, clamp: [0, 1]}", "$.interventions.a: more than one operation"),
         ("a: {target: X, zero: true, detach: true}", "$.interventions.a.detach: unknown key 'detach'"),
         ("a: {target: X, zero: true, optional: true}", "$.interventions.a.optional: unknown key 'optional'"),
+        ("a: {target: X, zero: true, mask: attention_mask}", "$.interventions.a.mask: unknown key 'mask'"),
         ("a: {target: X, zero: true, hed_dim: 4}", "$.interventions.a.hed_dim: unknown key 'hed_dim'; did you mean 'head_dim'?"),
         ("a: {zero: true}", "$.interventions.a: give exactly one of 'target' (a class) or 'class_name'"),
         ("a: {target: X, class_name: y, zero: true}", "$.interventions.a: give exactly one of 'target'"),
@@ -101,6 +102,7 @@ def test_validate_locates_each_schema_error_at_the_intervention(entry: str, mess
         ("a: {target: X, zero: true, layers: [99999999]}", "$.interventions.a.layers[0]: layer 99999999 is out of range"),
         ("a: {target: X, zero: true, positions: '1:2:0'}", "$.interventions.a.positions: the step of slice '1:2:0'"),
         ("a: {target: '__main__:X', zero: true}", "$.interventions.a.target: '__main__:X' names a __main__ module"),
+        ("a: {target: X, zero: true, positions: last}", "$.interventions.a.positions: positions last (by the attention mask)"),
     ],
 )
 def test_validate_refuses_interventions_that_cannot_run(entry: str, message: str) -> None:
@@ -242,6 +244,12 @@ def test_missing_files_and_names_are_located(folder: Path) -> None:
 def test_an_integer_tensor_is_refused(folder: Path) -> None:
     (found,) = issues(tensor_spec(folder, "steer.safetensors:count"))
     assert "steer.safetensors:count is I64; an edit value is floating point" in found
+
+
+def test_a_tensor_that_is_not_finite_is_refused(folder: Path) -> None:
+    save_file({"bad": torch.tensor([1.0, float("nan")])}, str(folder / "bad.safetensors"))
+    (found,) = issues(tensor_spec(folder, "bad.safetensors:bad"))
+    assert "$.interventions.steer.add.tensor" in found and "holds values that are not finite" in found
 
 
 def test_a_symlink_out_of_the_folder_is_refused(folder: Path) -> None:
@@ -398,7 +406,14 @@ def test_tensor_values_compare_by_value_and_hash() -> None:
     from yamltrace import Spec
 
     assert Spec({}, interventions=[one]) == Spec({}, interventions=[same])
+    assert hash(Spec({}, interventions=[one])) == hash(Spec({}, interventions=[same]))
     assert Spec({}, interventions=[one]) != Spec({}, interventions=[other])
+
+
+def test_a_loaded_spec_with_tensor_values_hashes_like_its_equal(folder: Path) -> None:
+    path = tensor_spec(folder, "steer.safetensors:honesty")
+    spec, again = load_spec(path), load_spec(path)
+    assert spec == again and hash(spec) == hash(again) and len({spec, again}) == 1
 
 
 def test_a_tensor_file_header_is_capped_before_it_is_parsed(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
