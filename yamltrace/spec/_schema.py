@@ -24,7 +24,7 @@ from ._limits import intervention_issues, recorder_issues, size_issues, unique_k
 from ._patterns import PatternError, compile_pattern
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument, read_spec_document
 
-__all__ = ["SCHEMA_ID", "SCHEMA_FILE", "checked_document", "load_schema", "schema_issues", "validate_spec"]
+__all__ = ["SCHEMA_ID", "SCHEMA_FILE", "checked_document", "load_schema", "schema_issues", "schema_path", "validate_spec"]
 
 SCHEMA_ID = "https://yamltrace.dev/schemas/yamltrace-spec-v1.schema.json"
 SCHEMA_FILE = "yamltrace-spec-v1.schema.json"
@@ -33,6 +33,12 @@ _DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
 _NUMBER_LIKE = re.compile(r"[-+]?[0-9][0-9_.oOxXbBeE+-]*")
 # A list item that YAML flow style reads back unquoted as the same value.
 _PLAIN_ITEM = re.compile(r"-?[0-9]+|[A-Za-z_][A-Za-z0-9_.:]*")
+
+
+def schema_path() -> str:
+    """The installed schema file's path: what an editor's `$schema=` modeline or `yaml.schemas` setting
+    can name to resolve offline (the `$id` URL is an identifier nothing serves)."""
+    return str(resources.files("yamltrace").joinpath("schemas", SCHEMA_FILE))
 
 
 @functools.cache
