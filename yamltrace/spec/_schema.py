@@ -220,6 +220,30 @@ def schema_issues(document: SpecDocument) -> list[SpecIssue]:
     return issues if issues else _sorted(content_issues(document))
 
 
+def _issues_past_refusals(source: Any, refused: list[SpecIssue], max_bytes: int) -> list[SpecIssue]:
+    """The schema problems of the rest of a file a strict read refused (an anchor, an alias), read again
+    leniently; none when that read fails too. A problem at a refused node (an alias read as null) is dropped."""
+    if isinstance(source, Mapping):
+        return []
+    try:
+        document = read_spec_document(source, max_bytes=max_bytes, lenient=True)
+    except SpecError:
+        return []
+    at = {(i.file, i.line, i.column) for i in refused}
+    texts: dict[str | None, list[str]] = {file: raw.decode("utf-8", "replace").splitlines() for file, _, raw in document.read}
+    if isinstance(source, (str, bytes)) and not texts:
+        text = source if isinstance(source, str) else source.decode("utf-8", "replace")
+        texts = {None: text.splitlines(), "<string>": text.splitlines()}
+
+    def at_alias(issue: SpecIssue) -> bool:
+        lines = texts.get(issue.file, [])
+        if issue.line is None or issue.column is None or issue.line > len(lines):
+            return False
+        return lines[issue.line - 1][issue.column - 1 : issue.column] == "*"
+
+    return [i for i in schema_issues(document) if (i.file, i.line, i.column) not in at and not at_alias(i)]
+
+
 def checked_document(
     source: str | bytes | os.PathLike[str] | Mapping[str, Any] | SpecDocument, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> tuple[SpecDocument, list[SpecIssue]]:
@@ -228,7 +252,13 @@ def checked_document(
     `load_spec` reports content issues together with what resolving the classes finds; `validate_spec`
     raises them. Both therefore refuse the same specs.
     """
-    document = source if isinstance(source, SpecDocument) else read_spec_document(source, max_bytes=max_bytes)
+    if isinstance(source, SpecDocument):
+        document = source
+    else:
+        try:
+            document = read_spec_document(source, max_bytes=max_bytes)
+        except SpecError as e:
+            raise SpecError(_sorted([*e.issues, *_issues_past_refusals(source, e.issues, max_bytes)])) from None
     issues = structure_issues(document)
     if issues:
         raise SpecError(issues)
