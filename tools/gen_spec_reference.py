@@ -45,7 +45,6 @@ def anchor(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-
 def with_rules(node: dict[str, Any]) -> dict[str, Any]:
     """`node` with the keywords of its rule parts merged in: an `allOf` part without `if` / `$ref` holds
     one keyword and the `errorMessage` editors show for it (`{"minimum": 0, "errorMessage": ...}`)."""
@@ -58,6 +57,7 @@ def with_rules(node: dict[str, Any]) -> dict[str, Any]:
                 elif key != "errorMessage":
                     out.setdefault(key, value)
     return out
+
 
 class Reference:
     """Renders the schema; `defs` are the `$defs`, linked by anchor wherever a `$ref` points."""

@@ -67,7 +67,13 @@ class Server:
     def start(self) -> None:
         self._id += 1
         capabilities = {"workspace": {"configuration": True}, "textDocument": {"publishDiagnostics": {}}}
-        self.send({"id": self._id, "method": "initialize", "params": {"processId": os.getpid(), "rootUri": None, "capabilities": capabilities}})
+        self.send(
+            {
+                "id": self._id,
+                "method": "initialize",
+                "params": {"processId": os.getpid(), "rootUri": None, "capabilities": capabilities},
+            }
+        )
         self.wait_for(lambda m: m.get("id") == self._id)
         self.send({"method": "initialized", "params": {}})
         self.send({"method": "workspace/didChangeConfiguration", "params": {"settings": self.settings}})
@@ -107,8 +113,10 @@ def test_a_valid_spec_has_no_diagnostics_and_broken_ones_read_as_yamltrace_says(
     files = {
         "valid.yaml": MODELINE + (ROOT / "specs" / "tiny.yaml").read_text(encoding="utf-8").split("\n", 1)[1],
         "version.yaml": MODELINE + "yamltrace: 2\noutputs:\n  hidden_states: X\nbogus: 1\n",
-        "recorder.yaml": MODELINE + "yamltrace: 1\noutputs:\n  a: {target: X, to: gpu}\n  b: {target: X, class_name: y}\n  c: {target: X, idx: 0}\n",
-        "edit.yaml": MODELINE + "yamltrace: 1\noutputs:\n  k: {target: X, input: 0, index: 1}\n  p: {target: X, positions: 'a:b'}\n",
+        "recorder.yaml": MODELINE
+        + "yamltrace: 1\noutputs:\n  a: {target: X, to: gpu}\n  b: {target: X, class_name: y}\n  c: {target: X, idx: 0}\n",
+        "edit.yaml": MODELINE
+        + "yamltrace: 1\noutputs:\n  k: {target: X, input: 0, index: 1}\n  p: {target: X, positions: 'a:b'}\n",
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
@@ -125,7 +133,10 @@ def test_a_valid_spec_has_no_diagnostics_and_broken_ones_read_as_yamltrace_says(
     ]
     assert lsp.diagnostics(tmp_path / "edit.yaml") == [
         (4, "give either 'input' (record an argument) or 'index' (record an output element), not both"),
-        (5, "not a slice, nor last or first; write last or first (each row's last or first real token), or a slice like '-8:', ':4' or '0:10:2'"),
+        (
+            5,
+            "not a slice, nor last or first; write last or first (each row's last or first real token), or a slice like '-8:', ':4' or '0:10:2'",
+        ),
     ]
 
 

@@ -12,7 +12,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -59,7 +59,9 @@ def _validator() -> jsonschema.protocols.Validator:
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
     )
-    cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"uniqueItems": _unique_items, "properties": _properties}, type_checker=checker)
+    cls = jsonschema.validators.extend(
+        jsonschema.Draft202012Validator, {"uniqueItems": _unique_items, "properties": _properties}, type_checker=checker
+    )
     validator: jsonschema.protocols.Validator = cls(_schema())
     return validator
 
@@ -220,7 +222,7 @@ def schema_issues(document: SpecDocument) -> list[SpecIssue]:
     return issues if issues else _sorted(content_issues(document))
 
 
-def _issues_past_refusals(source: Any, refused: list[SpecIssue], max_bytes: int) -> list[SpecIssue]:
+def _issues_past_refusals(source: Any, refused: Sequence[SpecIssue], max_bytes: int) -> list[SpecIssue]:
     """The schema problems of the rest of a file a strict read refused (an anchor, an alias), read again
     leniently; none when that read fails too. A problem at a refused node (an alias read as null) is dropped."""
     if isinstance(source, Mapping):
