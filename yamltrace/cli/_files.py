@@ -15,11 +15,11 @@ regular file (a FIFO, a socket, a device) is reported, never opened; a broken li
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import os
 import re
 import stat
-import argparse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
