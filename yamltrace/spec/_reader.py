@@ -208,8 +208,8 @@ def read_spec_document(
     `source` is a path (`os.PathLike`, or a one-line string ending in .yaml/.yml or naming an existing
     file), YAML text, UTF-8 bytes, or a mapping. `extends` is resolved relative to the file (to the
     current directory for text and mappings). Nothing is imported and the schema is not checked here.
-    `lenient` reads past anchors and aliases of `source` itself (an alias as null, never expanded): only
-    to find the document's other problems after a strict read refused one.
+    `lenient` reads past anchors, aliases and tabs of `source` itself (an alias as null, never expanded;
+    a tab as a space): only to find the document's other problems after a strict read refused one.
     """
     budget = Budget(bytes=max_bytes)
     seen: frozenset[str]

@@ -223,8 +223,8 @@ def schema_issues(document: SpecDocument) -> list[SpecIssue]:
 
 
 def _issues_past_refusals(source: Any, refused: Sequence[SpecIssue], max_bytes: int) -> list[SpecIssue]:
-    """The schema problems of the rest of a file a strict read refused (an anchor, an alias), read again
-    leniently; none when that read fails too. A problem at a refused node (an alias read as null) is dropped."""
+    """The schema problems of the rest of a file a strict read refused (an anchor, an alias, a tab), read
+    again leniently; none when that read fails too. A problem at a refused node (an alias read as null) is dropped."""
     if isinstance(source, Mapping):
         return []
     try:

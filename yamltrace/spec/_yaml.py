@@ -263,7 +263,10 @@ def _hidden_line_break(text: str, file: str | None, chain: tuple[str, ...]) -> S
 
 def _parse(text: str, file: str | None, chain: tuple[str, ...], budget: Budget | None = None, lenient: bool = False) -> Part:
     """Compose and build one YAML document; raises SpecError for YAML errors and refused constructs
-    (`lenient`: anchors and aliases pass, an alias read as null, so the rest can be checked)."""
+    (`lenient`: anchors and aliases pass, an alias read as null, and each tab reads as a space, so the
+    rest can be checked)."""
+    if lenient:
+        text = text.replace("\t", " ")
     part = Part(file, chain)
     hidden = _hidden_line_break(text, file, chain)
     if hidden is not None:

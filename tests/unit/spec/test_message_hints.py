@@ -50,3 +50,11 @@ def test_after_an_anchor_the_rest_of_the_file_is_still_checked() -> None:
     ]
     with pytest.raises(SpecError, match="(?s)anchors.*unknown key 'idx'"):
         load_spec(text)
+
+
+def test_after_a_tab_the_rest_of_the_file_is_still_checked() -> None:
+    assert _messages("yamltrace: 1\noutputs:\n\thidden_states: {target: X, detach: 1}\n") == [
+        "$: a tab character cannot start a token (YAML indents with spaces); replace the tab with spaces "
+        "(while scanning for the next token)",
+        "$.outputs.hidden_states.detach: 1 is not of type 'boolean'; write true or false",
+    ]
