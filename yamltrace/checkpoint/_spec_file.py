@@ -109,7 +109,7 @@ def tensor_files(spec: Spec | None) -> dict[str, dict[str, torch.Tensor]]:
     files: dict[str, dict[str, torch.Tensor]] = {}
     for edit in () if spec is None else spec.interventions:
         if isinstance(edit.value, torch.Tensor) and edit.reference is not None:
-            file, _, name = edit.reference.rpartition(":")
+            file, _, name = edit.reference.partition(":")  # as the loader splits it
             files.setdefault(bare_name(file, what="tensor file"), {})[name] = edit.value.detach().cpu().contiguous()
     return files
 
