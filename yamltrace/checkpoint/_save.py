@@ -8,7 +8,7 @@ from pathlib import Path
 from torch import nn
 
 from ._load import is_yamltrace_model
-from ._spec_file import SpecSource, spec_text, write_spec
+from ._spec_file import SpecSource, spec_text, tensor_files, write_spec
 from ._weights import CONFIG_FILE, write_weights
 
 __all__ = ["save_pretrained", "save_yamltrace_model"]
@@ -21,9 +21,10 @@ def save_yamltrace_model(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     text, resolved = spec_text(model, spec, trust_imports=trust_imports)  # a bad spec fails before anything is written
+    files = tensor_files(resolved)
     getattr(model, "config").save(directory / CONFIG_FILE)
     write_weights(model, directory)
-    write_spec(directory, text, resolved)
+    write_spec(directory, text, files)
     return directory
 
 
@@ -56,6 +57,7 @@ def save_pretrained(
         return save_yamltrace_model(model, directory, spec=spec, trust_imports=trust_imports)
     directory = Path(directory)
     text, resolved = spec_text(model, spec, trust_imports=trust_imports)
+    files = tensor_files(resolved)
     getattr(model, "save_pretrained")(directory)
-    write_spec(directory, text, resolved)
+    write_spec(directory, text, files)
     return directory

@@ -12,11 +12,13 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Union
 
 import torch
 from torch import nn
 
+from .._folder import bare_name
 from ..engine import attached_spec
 from ..spec import PatchEntry, Spec, load_spec, validate_spec
 
@@ -102,17 +104,20 @@ def spec_text(model: nn.Module, spec: SpecSource | None, *, trust_imports: bool 
 
 def tensor_files(spec: Spec | None) -> dict[str, dict[str, torch.Tensor]]:
     """The safetensors files a spec's interventions read their tensors from (`FILE.safetensors:NAME`):
-    file -> name -> tensor, what a checkpoint folder must hold beside `yamltrace.yaml`."""
+    file -> name -> tensor, what a checkpoint folder must hold beside `yamltrace.yaml`. A FolderError
+    for a file that is not a bare file name (it would be written outside the folder)."""
     files: dict[str, dict[str, torch.Tensor]] = {}
     for edit in () if spec is None else spec.interventions:
         if isinstance(edit.value, torch.Tensor) and edit.reference is not None:
-            file, _, name = edit.reference.rpartition(":")
-            files.setdefault(file, {})[name] = edit.value.detach().cpu().contiguous()
+            file, _, name = edit.reference.partition(":")  # as the loader splits it
+            files.setdefault(bare_name(file, what="tensor file"), {})[name] = edit.value.detach().cpu().contiguous()
     return files
 
 
-def write_spec(directory: Path, text: bytes | None, spec: Spec | None = None) -> Path | None:
-    """Write `text` (see `spec_text`) as `yamltrace.yaml`, and the tensor files of `spec`'s interventions
+def write_spec(
+    directory: Path, text: bytes | None, files: Mapping[str, Mapping[str, torch.Tensor]] = MappingProxyType({})
+) -> Path | None:
+    """Write `text` (see `spec_text`) as `yamltrace.yaml`, and the tensor files of its interventions
     beside it (`tensor_files`). With no spec to write, a `yamltrace.yaml` left in `directory` by an
     earlier save is removed, so it cannot pair with these weights."""
     path = directory / SPEC_FILE
@@ -123,7 +128,7 @@ def write_spec(directory: Path, text: bytes | None, spec: Spec | None = None) ->
         return None
     from safetensors.torch import save_file
 
-    for file, tensors in tensor_files(spec).items():
+    for file, tensors in files.items():
         save_file({name: t.clone() for name, t in tensors.items()}, str(directory / file))
     path.write_bytes(text)
     return path

@@ -155,3 +155,31 @@ def test_inspect_and_check_list_a_checkpoint_interventions(steered, capsys) -> N
     assert main(["check", str(steered), "--model", "yamltrace.examples.tiny:TinyModel"]) == 0
     checked = capsys.readouterr().out
     assert "intervention steer" in checked and "layers.1" in checked
+
+
+def _python_spec(reference: str):  # type: ignore[no-untyped-def]
+    from yamltrace import OutputRecorder, Spec
+    from yamltrace.engine import Intervention
+
+    steer = Intervention("steer", OutputRecorder(TinyDecoderLayer, layers=(1,)), "add", VECTOR, reference=reference)
+    return Spec(outputs={}, imports=["yamltrace.examples.tiny"], interventions=[steer])
+
+
+def test_a_python_built_tensor_edit_saves_under_its_reference(tiny, input_ids, tmp_path) -> None:
+    folder = save_pretrained(tiny, tmp_path / "built", spec=_python_spec("steer.safetensors:v"))
+    assert (folder / "steer.safetensors").is_file()
+    loaded = from_pretrained(TinyModel, folder).eval()
+    with torch.no_grad():
+        steer = tiny.layers[1].register_forward_hook(_steer)
+        try:
+            expected = tiny(input_ids).last_hidden_state
+        finally:
+            steer.remove()
+    assert torch.equal(_last(loaded, input_ids), expected)
+
+
+def test_a_tensor_reference_out_of_the_folder_is_refused_before_anything_is_written(tiny, tmp_path) -> None:
+    with pytest.raises(FolderError, match="not a bare file name"):
+        save_pretrained(tiny, tmp_path / "a" / "ckpt", spec=_python_spec("../out.safetensors:v"))
+    assert not (tmp_path / "a" / "out.safetensors").exists()
+    assert not (tmp_path / "a" / "ckpt" / "model.safetensors").exists()
