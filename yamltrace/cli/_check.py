@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError, SpecIssue
-from ._check_model import ModelSource, Models, Usage, source_from_arguments
-from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from ..errors import SpecError, SpecIssue, format_json_path
+from ._check_model import ModelSource, Models, source_from_arguments
+from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, _Usage
 from ._files import Target, add_exclude, collect
 from ._interventions import report_interventions
 from ._report import REPORTERS, FileResult
@@ -88,14 +88,14 @@ def _patches(spec: Any, model: Any, found: _Findings) -> None:
     from .._trace_checks import patch_targets
 
     for entry, replaced in patch_targets(model, spec):
-        line = f"patch {entry.pattern!r} -> {entry.replace_with}: "
+        line = f"patch '{entry.pattern}' -> {entry.replace_with}: "  # escaped once, when the note is printed
         if replaced:
             found.notes.append(line + f"replaces {', '.join(replaced)}")
             continue
         classes = ", ".join(sorted({type(m).__name__ for m in model.modules()}))
         found.notes.append(line + f"MATCHES NOTHING; the model's classes: {classes}")
         message = f"the patch matches no module of {type(model).__name__}; fix the class name or pattern (the model's classes: {classes})"
-        found.issues.append(SpecIssue(message, f"$.patches[{entry.pattern!r}]", spec.source))
+        found.issues.append(SpecIssue(message, format_json_path(("patches", entry.pattern)), spec.source))
 
 
 def _interventions(spec: Any, model: Any, found: _Findings) -> None:
@@ -161,7 +161,7 @@ def _run_check(args: argparse.Namespace) -> int:
         models = Models()
         found = collect(args.specs, exclude=args.exclude)
         results = [_check(target, source, models, args.trust_imports) for target in found.targets]
-    except (Usage, OSError, ValueError) as e:
+    except (_Usage, OSError, ValueError) as e:
         print(f"yamltrace check: {e}", file=sys.stderr)
         return EXIT_USAGE
     REPORTERS[args.format](sys.stdout, detailed=True).report(results, skipped=found.skipped)

@@ -8,16 +8,13 @@ implementation share one build.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["ModelSource", "Models", "Usage", "model_class", "source_from_arguments"]
+from ._common import _Usage, import_class
 
-
-class Usage(Exception):
-    """A usage problem: printed, exit status 2."""
+__all__ = ["ModelSource", "Models", "source_from_arguments"]
 
 
 class ModelSource(NamedTuple):
@@ -27,33 +24,18 @@ class ModelSource(NamedTuple):
     config_file: Path | None
 
 
-def model_class(reference: str) -> type:
-    """The class `package.module:Class` names (its module is imported)."""
-    module_name, _, qualname = reference.partition(":")
-    if not qualname:
-        raise Usage(f"--model {reference!r}: write it as package.module:Class")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as e:
-        raise Usage(f"--model {reference!r}: {e}") from e
-    cls: type = target  # what the user named as the model class
-    return cls
-
-
 def _from_checkpoint(directory: Path, model: str | None) -> ModelSource:
     config_file = directory / "config.json"
     if not config_file.is_file():
-        raise Usage(f"--checkpoint {directory}: no config.json there")
+        raise _Usage(f"--checkpoint {directory}: no config.json there")
     if model is not None:
-        return ModelSource(model_class(model), config_file)
+        return ModelSource(import_class(model), config_file)
     architectures = json.loads(config_file.read_text(encoding="utf-8")).get("architectures") or []
     import transformers
 
     cls = getattr(transformers, architectures[0], None) if architectures else None
     if cls is None:
-        raise Usage(f"--checkpoint {directory}: config.json names no transformers architecture; add --model pkg.mod:Class")
+        raise _Usage(f"--checkpoint {directory}: config.json names no transformers architecture; add --model pkg.mod:Class")
     return ModelSource(cls, config_file)
 
 
@@ -62,9 +44,9 @@ def source_from_arguments(model: str | None, config: str | None, checkpoint: str
     if checkpoint is not None:
         return _from_checkpoint(Path(checkpoint), model)
     if model is not None:
-        return ModelSource(model_class(model), None if config is None else Path(config))
+        return ModelSource(import_class(model), None if config is None else Path(config))
     if config is not None:
-        raise Usage("--config needs --model pkg.mod:Class")
+        raise _Usage("--config needs --model pkg.mod:Class")
     return None
 
 
@@ -72,7 +54,7 @@ def _config(source: ModelSource) -> Any:
     cls, config_file = source
     config_class = getattr(cls, "config_class", None)
     if config_class is None:
-        raise Usage(f"{cls.__name__} has no config_class, so check cannot build it")
+        raise _Usage(f"{cls.__name__} has no config_class, so check cannot build it")
     if config_file is None:
         return config_class()
     if callable(getattr(config_class, "load", None)):  # yamltrace's Config

@@ -1,10 +1,12 @@
-"""What every subcommand shares: exit statuses and argument types."""
+"""What every subcommand shares: exit statuses, argument types, and the model class `--model` names."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from typing import Any
 
-__all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "EXIT_BROKEN_PIPE", "positive_int"]
+__all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "EXIT_BROKEN_PIPE", "import_class", "positive_int"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 # stdout was closed by its reader: 128 + SIGPIPE, the status a shell shows for a tool stopped by it.
@@ -19,4 +21,26 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
+class _Usage(Exception):
+    """A combination of arguments that cannot work: printed, exit status 2."""
+
+
+def import_class(reference: str) -> type:
+    """`pkg.module:Class` -> the class (importing the module: naming it on the command line is consent)."""
+    module_name, sep, qualname = reference.partition(":")
+    if not sep or not module_name or not qualname:
+        raise _Usage(f"--model {reference!r}: write it as package.module:ClassName.")
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise _Usage(f"--model {reference!r}: cannot import {module_name} ({e}).") from e
+    for part in qualname.split("."):
+        if not hasattr(value, part):
+            raise _Usage(f"--model {reference!r}: {module_name} has no {qualname}.")
+        value = getattr(value, part)
+    if not isinstance(value, type):
+        raise _Usage(f"--model {reference!r} is not a class.")
     return value

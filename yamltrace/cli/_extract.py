@@ -7,7 +7,6 @@ row is reported, with its line, before any shard is written.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import signal
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import YamltraceError
-from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, positive_int
+from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, _Usage, import_class, positive_int
 from ._report import escape_text, escaped_issue
 
 __all__ = ["add_extract"]
@@ -26,28 +25,6 @@ __all__ = ["add_extract"]
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 BUILTIN = "builtin:"
-
-
-class _Usage(Exception):
-    """A combination of arguments that cannot work (exit status 2)."""
-
-
-def _import_class(reference: str) -> type:
-    """`pkg.module:Class` -> the class (importing the module: naming it on the command line is consent)."""
-    module_name, sep, qualname = reference.partition(":")
-    if not sep or not module_name or not qualname:
-        raise _Usage(f"--model {reference!r}: write it as package.module:ClassName.")
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise _Usage(f"--model {reference!r}: cannot import {module_name} ({e}).") from e
-    for part in qualname.split("."):
-        if not hasattr(value, part):
-            raise _Usage(f"--model {reference!r}: {module_name} has no {qualname}.")
-        value = getattr(value, part)
-    if not isinstance(value, type):
-        raise _Usage(f"--model {reference!r} is not a class.")
-    return value
 
 
 def _device(requested: str) -> str:
@@ -68,7 +45,7 @@ def _load_model(args: argparse.Namespace) -> Any:
             raise _Usage("--config goes with --model (a model built from a config), not with --checkpoint.")
         cls: Any  # a model class, or transformers' AutoModel (not a module class, but from_pretrained takes it)
         if args.model is not None:
-            cls = _import_class(args.model)
+            cls = import_class(args.model)
         else:
             from transformers import AutoModel
 
@@ -78,7 +55,7 @@ def _load_model(args: argparse.Namespace) -> Any:
     else:
         if args.model is None or args.config is None:
             raise _Usage("give --checkpoint DIR, or --model package.module:Class with --config FILE.")
-        cls = _import_class(args.model)
+        cls = import_class(args.model)
         config_class = getattr(cls, "config_class", None)
         if config_class is None:
             raise _Usage(f"--model {args.model}: the class has no config_class to read --config with.")

@@ -28,7 +28,9 @@ from yamltrace.spec import Spec
 from yamltrace.tracing import plan, trace
 
 SPEC = {"hidden_states": TinyDecoderLayer, "attentions": TinyAttention}
-SPEC_FILE = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: TinyDecoderLayer\n  attentions: TinyAttention\n"
+SPEC_FILE = (
+    "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: TinyDecoderLayer\n  attentions: TinyAttention\n"
+)
 
 
 class MarkedLayer(TinyDecoderLayer):
@@ -73,7 +75,9 @@ def fresh(model: nn.Module, ids: torch.Tensor, spec: Any = None, **kwargs: Any) 
 def test_a_second_block_reuses_the_first_blocks_plan(model, ids, tmp_path: Path, kind: str) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text(SPEC_FILE)
-    spec = {"dict": lambda: dict(SPEC), "Spec": lambda: Spec(outputs=SPEC), "file": lambda: str(path), "model": lambda: None}[kind]
+    spec = {"dict": lambda: dict(SPEC), "Spec": lambda: Spec(outputs=SPEC), "file": lambda: str(path), "model": lambda: None}[
+        kind
+    ]
     if kind == "Spec":
         one = Spec(outputs=SPEC)
         spec = lambda: one  # noqa: E731  (a Spec is the same plan by identity, not by content)
@@ -108,7 +112,9 @@ def test_an_earlier_blocks_captures_are_left_alone_by_the_next(model, ids) -> No
     ],
     ids=["replaced", "added", "removed", "attribute set", "attribute deleted", "class reassigned"],
 )
-@pytest.mark.parametrize("spec", [SPEC, {"marked": OutputRecorder(MarkedLayer, index=0, optional=True)}, None], ids=["dict", "marked", "model"])
+@pytest.mark.parametrize(
+    "spec", [SPEC, {"marked": OutputRecorder(MarkedLayer, index=0, optional=True)}, None], ids=["dict", "marked", "model"]
+)
 def test_a_structure_change_between_blocks_is_seen(model, ids, change, spec) -> None:
     first = captured(model, ids, spec)
     change(model)
