@@ -5,12 +5,13 @@ BIN := $(VENV)/bin
 PIP_INSTALL := python -m pip install --quiet --disable-pip-version-check
 PIP := $(BIN)/$(PIP_INSTALL) -c constraints.txt
 PINS := constraints.txt constraints/common.txt
+LSP := .cache/lsp
 
 # The transformers versions of the test matrix, oldest first: each has constraints/transformers-<v>.txt
 # and its own .venv-<v>. Adding a release is one version here and one constraints file (CONTRIBUTING.md).
 COMPAT_VERSIONS := 5.23.0 5.24.0
 
-.PHONY: demo test bench bench-icount bench-peers fidelity compat print-compat-versions clean
+.PHONY: demo test lsp bench bench-icount bench-peers fidelity compat print-compat-versions clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +29,18 @@ $(VENV)/.test: pyproject.toml $(PINS) $(VENV)/.runtime
 demo: $(VENV)/.runtime
 	$(BIN)/python -m yamltrace.examples.demo
 
-test: $(VENV)/.test
+test: $(VENV)/.test $(LSP)/.installed
 	$(BIN)/python -m pytest
+
+# The YAML language server that tests/integration/test_editor_lsp.py drives over LSP (node and npm),
+# installed once from tools/lsp's package-lock.json into $(LSP).
+$(LSP)/.installed: tools/lsp/package.json tools/lsp/package-lock.json
+	mkdir -p $(LSP)
+	cp tools/lsp/package.json tools/lsp/package-lock.json $(LSP)/
+	npm ci --prefix $(LSP) --no-audit --no-fund --loglevel=error
+	touch $@
+
+lsp: $(LSP)/.installed
 
 bench: $(VENV)/.test
 	$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider
@@ -79,4 +90,4 @@ bench-peers: $(VENV)/.bench
 	HF_HUB_OFFLINE=1 $(BIN)/python tests/benchmarks/peers.py --write docs/performance.md
 
 clean:
-	rm -rf $(VENV) .venv-* build dist *.egg-info
+	rm -rf $(VENV) .venv-* build dist *.egg-info .cache/lsp

@@ -45,6 +45,20 @@ def anchor(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
+def with_rules(node: dict[str, Any]) -> dict[str, Any]:
+    """`node` with the keywords of its rule parts merged in: an `allOf` part without `if` / `$ref` holds
+    one keyword and the `errorMessage` editors show for it (`{"minimum": 0, "errorMessage": ...}`)."""
+    out = dict(node)
+    for part in node.get("allOf", []):
+        if isinstance(part, dict) and "if" not in part and "$ref" not in part:
+            for key, value in part.items():
+                if key == "required":
+                    out["required"] = [*out.get("required", []), *value]
+                elif key != "errorMessage":
+                    out.setdefault(key, value)
+    return out
+
+
 class Reference:
     """Renders the schema; `defs` are the `$defs`, linked by anchor wherever a `$ref` points."""
 
@@ -76,8 +90,9 @@ class Reference:
             part = self.defs.get(self.ref(part) or "", part)
             for holder in (part, part.get("then", {})):
                 for keyword in ("oneOf", "anyOf"):
-                    message = holder.get("errorMessage", {}).get(keyword)
-                    if holder.get(keyword) and message:
+                    shared = {alt.get("errorMessage") for alt in holder.get(keyword, []) if isinstance(alt, dict)}
+                    message = holder.get("errorMessage") or (shared.pop() if len(shared) == 1 else None)
+                    if holder.get(keyword) and isinstance(message, str):
                         found.append(message)
         return found
 
@@ -112,11 +127,12 @@ class Reference:
                 words.append(self.link(self.ref(then)))
             elif then.get("items"):
                 words.append(f"non-empty list of {self.type_of(then['items'])}")
-        if node.get("allOf"):
+        if any("then" in part for part in node.get("allOf", [])):
             words = [w for w in words if w not in ("text", "mapping", "list")]
         return " or ".join(words) or "any"
 
     def constraints(self, node: dict[str, Any]) -> list[str]:
+        node = with_rules(node)
         out = []
         if "pattern" in node:
             out.append(f"text matching `{node['pattern']}`")
@@ -168,7 +184,7 @@ class Reference:
         self.lines += [f'<a id="{section}"></a>', f"## {heading}", ""]
         if intro:
             self.lines += [intro, ""]
-        required = set(node.get("required", []))
+        required = set(with_rules(node).get("required", []))
         self.lines += ["| key | type | required | default |", "|---|---|---|---|"]
         for name, prop in node["properties"].items():
             prop = self.deref(prop)

@@ -43,10 +43,10 @@ def test_check_lists_the_modules_each_recorder_hooks(tmp_path: Path) -> None:
     assert lines[0].endswith("on TinyModel (built on the meta device):")
     assert (
         lines[1]
-        == "outputs: hidden_states[0] TinyDecoderLayer (line 4): 3 module(s): layers.0, layers.1, layers.2; the output: (2, 3, 32)"
+        == "outputs: hidden_states[0] TinyDecoderLayer (line 4): 3 module(s): layers.0, layers.1, layers.2; the output: (2, 3, 32), fits hidden_states"
     )
     assert lines[2].startswith("outputs: attentions[0] TinyAttention (line 5): 3 module(s): layers.0.self_attn,")
-    assert lines[2].endswith("; element 1 of 2: (2, 4, 3, 3)")
+    assert lines[2].endswith("; element 1 of 2: (2, 4, 3, 3), fits attentions")
     assert lines[3] == "outputs: cross_attentions[0] TinyAttention (line 6): no module (optional)"
     assert lines[4] == "1 file, 0 invalid, 0 problems, 0 warnings"
 

@@ -16,9 +16,10 @@ SCHEMA = json.loads(gen.SCHEMA.read_text(encoding="utf-8"))
 
 
 def _objects(node, found):
-    """Every mapping with listed keys in the schema, wherever it is nested."""
+    """Every mapping with listed keys in the schema, wherever it is nested (a rule that only forbids keys,
+    `{"properties": {"index": false}, ...}`, lists none)."""
     if isinstance(node, dict):
-        if isinstance(node.get("properties"), dict):
+        if isinstance(node.get("properties"), dict) and any(v is not False for v in node["properties"].values()):
             found.append(node)
         for value in node.values():
             _objects(value, found)

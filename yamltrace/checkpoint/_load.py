@@ -17,8 +17,10 @@ import torch
 from torch import nn
 
 from .._folder import folder_file, read_json
-from ..engine import CAPTURE_MAP_ATTRIBUTE, attach_spec
-from ..errors import PatchError
+from ..engine import CAPTURE_MAP_ATTRIBUTE, RuntimeValue, attach_interventions, attach_spec
+from ..engine._editing import edit_issue
+from ..errors import PatchError, SpecError
+from ..intervening import apply_interventions
 from ..patch import apply_patches, patch_output_recorders
 from ..spec import Spec
 from ..spec._patch_rule import PatchRule, record_swaps, retarget_spec
@@ -190,7 +192,29 @@ def _build_under_spec(
         record_swaps(model, [(r.original, r.replacement) for r in swapped if isinstance(r.original, type)])
         if finish is not None:
             finish(model)
+        _intervene_persistently(model, resolved)
     return model, resolved
+
+
+def _intervene_persistently(model: nn.Module, spec: Spec | None) -> None:
+    """Put the spec's interventions on the loaded model for every call (`apply_interventions`, which
+    checks them all before installing any), the handle attached as `model.yamltrace_interventions`.
+    A load has no run-time values: a `{value: NAME}` is a located `SpecError`."""
+    if spec is None or not spec.interventions:
+        return
+    issues = [
+        edit_issue(
+            iv,
+            f"intervention {iv.name!r} takes {{value: {iv.value.name}}}, which a checkpoint load cannot supply: ship "
+            "the tensor beside yamltrace.yaml ({tensor: FILE.safetensors:NAME}), or load with spec= a spec "
+            "without it and pass the value to intervene(..., values=).",
+        )
+        for iv in spec.interventions
+        if isinstance(iv.value, RuntimeValue)
+    ]
+    if issues:
+        raise SpecError(issues)
+    attach_interventions(model, apply_interventions(model, spec))
 
 
 def _transformers_model_class(cls: type, path: str | os.PathLike[str], options: dict[str, Any]) -> type:

@@ -20,10 +20,10 @@ def save_yamltrace_model(
     """Write a yamltrace model's `config.json`, `model.safetensors` and, when there is a spec, `yamltrace.yaml`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    text = spec_text(model, spec, trust_imports=trust_imports)  # a bad spec fails before anything is written
+    text, resolved = spec_text(model, spec, trust_imports=trust_imports)  # a bad spec fails before anything is written
     getattr(model, "config").save(directory / CONFIG_FILE)
     write_weights(model, directory)
-    write_spec(directory, text)
+    write_spec(directory, text, resolved)
     return directory
 
 
@@ -55,7 +55,7 @@ def save_pretrained(
     if is_yamltrace_model(type(model)):
         return save_yamltrace_model(model, directory, spec=spec, trust_imports=trust_imports)
     directory = Path(directory)
-    text = spec_text(model, spec, trust_imports=trust_imports)
+    text, resolved = spec_text(model, spec, trust_imports=trust_imports)
     getattr(model, "save_pretrained")(directory)
-    write_spec(directory, text)
+    write_spec(directory, text, resolved)
     return directory

@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
 
+import torch
 from torch import nn
 
 from ..engine import attached_spec
 from ..spec import PatchEntry, Spec, load_spec, validate_spec
 
-__all__ = ["SPEC_FILE", "SpecSource", "checkpoint_spec", "overlay_spec", "spec_text", "write_spec"]
+__all__ = ["SPEC_FILE", "SpecSource", "checkpoint_spec", "overlay_spec", "spec_text", "tensor_files", "write_spec"]
 
 logger = logging.getLogger("yamltrace.checkpoint")
 
@@ -29,9 +30,12 @@ SpecSource = Union[Spec, str, bytes, "os.PathLike[str]", Mapping[str, Any]]
 
 
 def overlay_spec(base: Spec, override: Spec) -> Spec:
-    """`base` with `override`'s keys on top: outputs, options and patches key by key, override winning."""
+    """`base` with `override`'s keys on top: outputs, options, patches and interventions key by key,
+    override winning (an intervention keeps its place in the base's order; new ones come after)."""
     patches: dict[str, PatchEntry] = {entry.pattern: entry for entry in base.patches}
     patches.update((entry.pattern, entry) for entry in override.patches)
+    interventions = {edit.name: edit for edit in base.interventions}
+    interventions.update((edit.name, edit) for edit in override.interventions)
     return Spec(
         outputs={**base.outputs, **override.outputs},
         patches=tuple(patches.values()),
@@ -40,6 +44,7 @@ def overlay_spec(base: Spec, override: Spec) -> Spec:
         model=override.model or base.model,
         imports=tuple(dict.fromkeys(base.imports + override.imports)),
         scopes={**base.scopes, **override.scopes},
+        interventions=tuple(interventions.values()),
     )
 
 
@@ -78,31 +83,47 @@ def checkpoint_spec(
     return override if base is None else overlay_spec(base, override)
 
 
-def spec_text(model: nn.Module, spec: SpecSource | None, *, trust_imports: bool = False) -> bytes | None:
+def spec_text(model: nn.Module, spec: SpecSource | None, *, trust_imports: bool = False) -> tuple[bytes | None, Spec | None]:
     """What `yamltrace.yaml` holds for `model`: `spec` as written (validated and resolved first), else
-    the attached spec rendered; None when there is neither."""
+    the attached spec rendered; None when there is neither. Also the resolved spec (its tensor files)."""
     if spec is None:
         attached = attached_spec(model)
-        return None if attached is None else attached.to_yaml().encode("utf-8")
+        return (None, None) if attached is None else (attached.to_yaml().encode("utf-8"), attached)
     resolved = load_spec(spec, trust_imports=trust_imports, for_model=model)
     if isinstance(spec, (Spec, Mapping)):
-        return resolved.to_yaml().encode("utf-8")
+        return resolved.to_yaml().encode("utf-8"), resolved
     document = validate_spec(spec)
     if len(document.files) > (1 if document.file else 0):  # it extends a base file
-        return resolved.to_yaml().encode("utf-8")
+        return resolved.to_yaml().encode("utf-8"), resolved
     if document.file is not None:
-        return Path(document.file).read_bytes()
-    return spec if isinstance(spec, bytes) else os.fspath(spec).encode("utf-8")
+        return Path(document.file).read_bytes(), resolved
+    return (spec if isinstance(spec, bytes) else os.fspath(spec).encode("utf-8")), resolved
 
 
-def write_spec(directory: Path, text: bytes | None) -> Path | None:
-    """Write `text` (see `spec_text`) as `yamltrace.yaml`. With no spec to write, a `yamltrace.yaml` left
-    in `directory` by an earlier save is removed, so it cannot pair with these weights."""
+def tensor_files(spec: Spec | None) -> dict[str, dict[str, torch.Tensor]]:
+    """The safetensors files a spec's interventions read their tensors from (`FILE.safetensors:NAME`):
+    file -> name -> tensor, what a checkpoint folder must hold beside `yamltrace.yaml`."""
+    files: dict[str, dict[str, torch.Tensor]] = {}
+    for edit in () if spec is None else spec.interventions:
+        if isinstance(edit.value, torch.Tensor) and edit.reference is not None:
+            file, _, name = edit.reference.rpartition(":")
+            files.setdefault(file, {})[name] = edit.value.detach().cpu().contiguous()
+    return files
+
+
+def write_spec(directory: Path, text: bytes | None, spec: Spec | None = None) -> Path | None:
+    """Write `text` (see `spec_text`) as `yamltrace.yaml`, and the tensor files of `spec`'s interventions
+    beside it (`tensor_files`). With no spec to write, a `yamltrace.yaml` left in `directory` by an
+    earlier save is removed, so it cannot pair with these weights."""
     path = directory / SPEC_FILE
     if text is None:
         if path.is_file():
             path.unlink()
             logger.info("Removed %s: the saved model has no spec (pass spec= to save one).", path)
         return None
+    from safetensors.torch import save_file
+
+    for file, tensors in tensor_files(spec).items():
+        save_file({name: t.clone() for name, t in tensors.items()}, str(directory / file))
     path.write_bytes(text)
     return path

@@ -169,4 +169,7 @@ def taken(model: nn.Module, key: str, recorder: OutputRecorder, hooked: list[str
             note += f", {_shape(_take(key, recorder, path, call, selected=True))} after positions"
     except YamltraceError as e:
         return Taken("cannot be taken", error=str(e).removeprefix("yamltrace: "))
-    return Taken(note, _misfit(key, value, call, _sizes(model, path, run.sizes), recorder))
+    misfit = _misfit(key, value, call, _sizes(model, path, run.sizes), recorder)
+    if key in VOCABULARY and isinstance(value, torch.Tensor):
+        note += f", {'does not fit' if misfit else 'fits'} {key}"
+    return Taken(note, misfit)

@@ -15,11 +15,11 @@ regular file (a FIFO, a socket, a device) is reported, never opened; a broken li
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import os
 import re
 import stat
-import argparse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -149,7 +149,8 @@ def collect(arguments: Sequence[str], *, exclude: Sequence[str] = ()) -> Found:
         if not os.path.isdir(argument):
             found.targets.append(Target(argument, unreadable(argument)))
             continue
-        specs, skipped = [], []
+        specs: list[Target] = []
+        skipped: list[Target] = []
         for target in _walk(argument, exclude):
             (skipped if target.problem is None and not looks_like_spec(target.path) else specs).append(target)
         if not specs:

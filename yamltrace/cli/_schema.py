@@ -1,4 +1,4 @@
-"""`yamltrace schema [--output PATH]`: the packaged spec JSON Schema exactly as shipped."""
+"""`yamltrace schema [--output PATH | --path]`: the packaged spec JSON Schema exactly as shipped, or where it is."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from importlib import resources
 
-from ..spec import SCHEMA_FILE
+from ..spec import SCHEMA_FILE, schema_path
 from ._common import EXIT_OK, EXIT_USAGE
 
 __all__ = ["add_schema", "schema_text"]
@@ -18,6 +18,9 @@ def schema_text() -> str:
 
 
 def _run_schema(args: argparse.Namespace) -> int:
+    if args.path:
+        print(schema_path())
+        return EXIT_OK
     if args.output is None:
         sys.stdout.write(schema_text())
         return EXIT_OK
@@ -37,5 +40,11 @@ def add_schema(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=f"Print the packaged spec JSON Schema ({SCHEMA_FILE}) exactly as shipped, "
         "or write it to PATH for an editor (yaml-language-server) or another validator.",
     )
-    parser.add_argument("--output", "-o", metavar="PATH", help="write the schema to PATH instead of printing it")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--output", "-o", metavar="PATH", help="write the schema to PATH instead of printing it")
+    where.add_argument(
+        "--path",
+        action="store_true",
+        help="print the installed schema file's path (for an editor's yaml.schemas setting or a $schema= modeline)",
+    )
     parser.set_defaults(run=_run_schema)

@@ -9,7 +9,7 @@ and runs kept on the model for the next block); `_wrappers` sees
 through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest of the package uses.
 """
 
-from ._attached import attach_spec, attached_spec
+from ._attached import attach_interventions, attach_spec, attached_spec
 from ._collector import Collector, entry_of
 from ._edit import OPERATIONS, Intervention, RuntimeValue
 from ._heads import head_count
@@ -51,6 +51,7 @@ __all__ = [
     "TracePlan",
     "TraceRun",
     "TraceScope",
+    "attach_interventions",
     "attach_spec",
     "attached_spec",
     "config_attribute",

@@ -1,4 +1,5 @@
-"""The spec `from_pretrained` attaches to a model it loaded: one attribute, written and read here only."""
+"""What `from_pretrained` attaches to a model it loaded: the spec, and the handle of its persistent
+interventions; one attribute each, written and read here only."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["attach_spec", "attached_spec"]
+__all__ = ["attach_interventions", "attach_spec", "attached_spec"]
 
 _ATTRIBUTE = "yamltrace_spec"
+_INTERVENTIONS = "yamltrace_interventions"
 
 
 def attach_spec(model: nn.Module, spec: Any) -> None:
@@ -23,3 +25,9 @@ def attached_spec(model: nn.Module) -> Any:
     (which raises and catches for a missing name), so a decorated forward can read it on every call.
     """
     return model.__dict__.get(_ATTRIBUTE)
+
+
+def attach_interventions(model: nn.Module, handle: Any) -> None:
+    """Attach the handle (an `InterventionHandle`) of the interventions a load put on `model`, as
+    `model.yamltrace_interventions`: its `remove()` takes them off."""
+    setattr(model, _INTERVENTIONS, handle)

@@ -47,7 +47,7 @@ class Edit:
     `(low, high)` or None); `heads` is the number of heads the last dimension splits into (with
     `head_dim`, from the tensor's size)."""
 
-    __slots__ = ("iv", "path", "value", "index", "source", "positions", "seq_dim", "split", "heads", "_apply", "_cache", "_fits")
+    __slots__ = ("iv", "path", "value", "index", "source", "positions", "seq_dim", "split", "heads", "_apply", "_cache")
 
     def __init__(self, intervention: Intervention, path: str, value: Any, heads: int | None) -> None:
         select = intervention.select
@@ -58,7 +58,6 @@ class Edit:
         self.positions, self.seq_dim = select.positions, select.seq_dim
         self._apply: Callable[[torch.Tensor, Any], torch.Tensor] = getattr(self, f"_{intervention.operation}")
         self._cache: dict[tuple[Any, ...], Any] = {}  # converted values and index tensors
-        self._fits: set[tuple[Any, ...]] = set()  # (value shape, region shape) pairs checked
 
     def error(self, message: str) -> SpecError:
         where = self.path.lstrip(".") or "<root>"
@@ -92,7 +91,7 @@ class Edit:
             raise self.error(f"it gives a {type(t).__name__}, not a tensor; select a tensor (index, input).")
         value = self._matched(t)
         if self.positions is None and not self.split:
-            return self._apply(t, self._checked(value, t))
+            return self._apply(t, value)
         full = isinstance(value, torch.Tensor) and value.dim() > 1 and value.shape == t.shape
         view, steps = t, []
         if self.positions is not None:
@@ -111,7 +110,7 @@ class Edit:
 
     def _region(self, x: torch.Tensor, value: Any, steps: list[tuple[int, torch.Tensor]], full: bool) -> torch.Tensor:
         if not steps:
-            return self._apply(x, self._checked(value, x))
+            return self._apply(x, value)
         (dim, index), rest = steps[0], steps[1:]
         part = self._region(x.index_select(dim, index), value.index_select(dim, index) if full else value, rest, full)
         return x.index_copy(dim, index, part)
@@ -135,24 +134,13 @@ class Edit:
             found = self._cache[key] = make()
         return found
 
-    def _checked(self, value: Any, x: torch.Tensor) -> Any:
-        """`value`, when it broadcasts to `x` keeping `x`'s shape; else the located error."""
-        if not isinstance(value, torch.Tensor):
-            return value
-        compiling = is_compiling()
-        key = None if compiling else (value.shape, x.shape)
-        if key in self._fits:
-            return value
-        n = value.dim()
-        if n > x.dim() or any(a != 1 and a != b for a, b in zip(value.shape, x.shape[x.dim() - n :])):
-            region = "" if self.positions is None and not self.split else " selected"
-            raise self.error(
-                f"its value of shape {tuple(value.shape)} does not broadcast to the{region} values of shape "
-                f"{tuple(x.shape)} (a vector is along the last dimension); give a value of that shape."
-            )
-        if key is not None:
-            self._fits.add(key)
-        return value
+    def _misfit(self, value: torch.Tensor, x: torch.Tensor) -> SpecError:
+        """The error of a value that does not broadcast to `x` keeping `x`'s shape."""
+        region = "" if self.positions is None and not self.split else " selected"
+        return self.error(
+            f"its value of shape {tuple(value.shape)} does not broadcast to the{region} values of shape "
+            f"{tuple(x.shape)} (a vector is along the last dimension); give a value of that shape."
+        )
 
     def _seq(self, t: torch.Tensor) -> int:
         if not -t.dim() <= self.seq_dim < t.dim():
@@ -187,20 +175,36 @@ class Edit:
             raise self.error(f"heads {list(heads)} are not distinct heads of {count}.")
         return self._cached(("heads", count, device), lambda: _index_tensor([h % count for h in heads], device))  # type: ignore[no-any-return]
 
-    # The operations, on a region `x` and this module's value.
+    # The operations, on a region `x` and this module's value; one that would change `x`'s shape (a
+    # value that does not fit) is the located error.
     def _zero(self, x: torch.Tensor, value: Any) -> torch.Tensor:
         return torch.zeros_like(x)
 
     def _add(self, x: torch.Tensor, value: Any) -> torch.Tensor:
-        return torch.add(x, value)
+        try:
+            edited = torch.add(x, value)
+        except RuntimeError:
+            raise self._misfit(value, x) from None
+        if edited.shape != x.shape:
+            raise self._misfit(value, x)
+        return edited
 
     def _set(self, x: torch.Tensor, value: Any) -> torch.Tensor:
-        if isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor):
+            return torch.full_like(x, value)
+        try:
             return value.expand(x.shape).clone(memory_format=torch.contiguous_format)
-        return torch.full_like(x, value)
+        except RuntimeError:
+            raise self._misfit(value, x) from None
 
     def _scale(self, x: torch.Tensor, value: Any) -> torch.Tensor:
-        return torch.mul(x, value)
+        try:
+            edited = torch.mul(x, value)
+        except RuntimeError:
+            raise self._misfit(value, x) from None
+        if edited.shape != x.shape:
+            raise self._misfit(value, x)
+        return edited
 
     def _clamp(self, x: torch.Tensor, value: Any) -> torch.Tensor:
         return x.clamp(*value)

@@ -8,12 +8,12 @@ interceptor costs less on both counts (figures: docs/performance.md): it is set 
 calls the forward it shadows, then each listener.
 
 Listeners see what the caller of the module receives: the arguments after forward pre-hooks ran, the
-output after forward hooks ran. On a module without forward hooks the interceptor calls them itself;
-on one that carries forward hooks of others when a listener (or an output edit) is installed, it
-calls them from a forward hook of its own, registered after those (the slower path), so they see
-what those hooks returned. *Edits* change what the module receives (`inputs`: `(args, kwargs) ->
-(args, kwargs)`, before the forward) and what it returns (`outputs`: `output -> output`, before the
-listeners), in the order installed. A *frame* is a pair of callbacks around the forward and its listeners
+output after forward hooks ran. *Edits* change what the module receives (`inputs`: `(args, kwargs)
+-> (args, kwargs)`, before the forward) and what it returns (`outputs`: `output -> output`, before
+the listeners), in the order installed. On a module without forward hooks the interceptor does all
+this itself; on one that carries forward hooks of others when something is installed, its own
+forward hook (and pre-hook, for input edits), registered after those (the slower path), edits and
+calls the listeners, so they see what those hooks returned and the hooks see the edited arguments. A *frame* is a pair of callbacks around the forward and its listeners
 (`trace` delimits its steps and scopes with them): `enter(args, kwargs)` before, `exit(token, output, finished)`
 after, with `enter`'s return value as the token, also when the forward or a listener raised
 (`finished` False, output None); frames enter in the order installed and exit in reverse. Concurrent sessions on one module share its interceptor; removing the last
@@ -77,7 +77,7 @@ class _Interceptor:
         self.frames: tuple[tuple[Enter, Exit], ...] = ()
         self.inputs: tuple[InputEdit, ...] = ()
         self.outputs: tuple[OutputEdit, ...] = ()
-        self.late: Any = None  # the handle of `after_hooks` as a forward hook, on the slower path
+        self.late: tuple[Any, ...] = ()  # on the slower path: the handles of its own hooks
         self.editing = False  # whether the module's `forward` is `edited`
 
     def forward(self, /, *args: Any, **kwargs: Any) -> Any:
@@ -90,20 +90,28 @@ class _Interceptor:
         return output
 
     def edited(self, /, *args: Any, **kwargs: Any) -> Any:
-        for edit in self.inputs:
-            args, kwargs = edit(args, kwargs)
+        if not self.late:
+            for edit in self.inputs:
+                args, kwargs = edit(args, kwargs)
         if self.frames:
             return self._framed(args, kwargs)
         return self._run(args, kwargs)
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         output = self.inner(*args, **kwargs)
-        if self.late is None:
+        if not self.late:
             for edit in self.outputs:
                 output = edit(output)
             for listener, context in self.listeners:
                 listener(context, args, kwargs, output)
         return output
+
+    def before_hooks(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """The slower path's forward pre-hook, after the module's other pre-hooks: input edits (so the
+        forward and every forward hook get the edited arguments)."""
+        for edit in self.inputs:
+            args, kwargs = edit(args, kwargs)
+        return args, kwargs
 
     def after_hooks(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
         """The slower path's forward hook, after the module's other forward hooks: edits, listeners."""
@@ -146,8 +154,8 @@ class _Interceptor:
 
 def _foreign_forward_hooks(module: nn.Module, interceptor: _Interceptor) -> bool:
     """Whether forward hooks other than the interceptor's own run after the module's forward."""
-    own = None if interceptor.late is None else interceptor.late.id
-    return bool(_global_forward_hooks) or any(key != own for key in module._forward_hooks)
+    own = [handle.id for handle in interceptor.late]
+    return bool(_global_forward_hooks) or any(key not in own for key in module._forward_hooks)
 
 
 def _bind(module: nn.Module, interceptor: _Interceptor) -> None:
@@ -158,23 +166,33 @@ def _bind(module: nn.Module, interceptor: _Interceptor) -> None:
         interceptor.inputs
         or interceptor.outputs
         or interceptor.editing
-        or interceptor.late is not None
+        or interceptor.late
         or module._forward_hooks
         or _global_forward_hooks
     ):
         return
-    late = bool(interceptor.listeners or interceptor.outputs) and _foreign_forward_hooks(module, interceptor)
-    if late and interceptor.late is None:
-        interceptor.late = module.register_forward_hook(interceptor.after_hooks, with_kwargs=True)
-    elif not late and interceptor.late is not None:
-        interceptor.late.remove()
-        interceptor.late = None
+    late = bool(interceptor.listeners or interceptor.outputs or interceptor.inputs) and _foreign_forward_hooks(
+        module, interceptor
+    )
+    if late != bool(interceptor.late) or late and len(interceptor.late) != 1 + bool(interceptor.inputs):
+        _unhook(interceptor)
+        if late:
+            after = module.register_forward_hook(interceptor.after_hooks, with_kwargs=True)
+            before = [module.register_forward_pre_hook(interceptor.before_hooks, with_kwargs=True)] if interceptor.inputs else []
+            interceptor.late = (after, *before)
     interceptor.editing = late or bool(interceptor.inputs or interceptor.outputs)
     method = interceptor.edited if interceptor.editing else interceptor.forward
     own = module.__dict__
     current = own.get(_FORWARD)
     if getattr(current, "__self__", None) is interceptor and current != method:
         own[_FORWARD] = method
+
+
+def _unhook(interceptor: _Interceptor) -> None:
+    """Remove the interceptor's own hooks (the slower path's), if any."""
+    for handle in interceptor.late:
+        handle.remove()
+    interceptor.late = ()
 
 
 class Interception:
@@ -220,9 +238,7 @@ class Interception:
                 if interceptor.listeners or interceptor.frames or interceptor.inputs or interceptor.outputs:
                     _bind(module, interceptor)
                     continue
-                if interceptor.late is not None:
-                    interceptor.late.remove()
-                    interceptor.late = None
+                _unhook(interceptor)
                 own = module.__dict__
                 if getattr(own.get(_FORWARD), "__self__", None) is interceptor:
                     if interceptor.shadowed is _ABSENT:

@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..engine import attached_spec, shared_warning
-from ..spec import Spec, load_spec, spec_from_model
+from .._spec_arg import as_spec
+from ..engine import attached_spec, shared_warning, unwrap
+from ..spec import Spec, spec_from_model
 from ..tracing import trace
 from ..errors import ExtractInterrupted
 from ._columns import add_columns, check_columns, split_columns
@@ -38,11 +39,7 @@ DEFAULT_INPUTS = ("input_ids", "attention_mask")
 
 def _spec_text(model: nn.Module, spec: Any) -> str:
     """The spec as YAML for the index (`repr` when it names a class no YAML can import)."""
-    resolved: Spec
-    if spec is None:
-        resolved = attached_spec(model) or spec_from_model(model)
-    else:
-        resolved = spec if isinstance(spec, Spec) else Spec(outputs=spec)
+    resolved: Spec = spec if spec is not None else attached_spec(model) or spec_from_model(model)
     try:
         return resolved.to_yaml()
     except ValueError:
@@ -57,14 +54,29 @@ def _config_hash(model: nn.Module) -> str | None:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _weights_hash(model: nn.Module) -> str:
-    """SHA-256 of every parameter and buffer (names, dtypes, shapes, bytes), one tensor at a time."""
+def _tensors_hash(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """SHA-256 of named tensors (names, dtypes, shapes, bytes), one tensor at a time."""
     digest = hashlib.sha256()
-    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+    for name, tensor in named:
         value = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}:{value.dtype}:{list(value.shape)};".encode())
         digest.update(memoryview(value.reshape(-1).view(torch.uint8).numpy()))  # type: ignore[arg-type]
     return digest.hexdigest()
+
+
+def _weights_hash(model: nn.Module) -> str:
+    """SHA-256 of every parameter and buffer."""
+    return _tensors_hash([*model.named_parameters(), *model.named_buffers()])
+
+
+def _edit_values_hash(spec: Spec | None, values: Mapping[str, Any] | None) -> str | None:
+    """SHA-256 of the tensors the interventions apply (read from files, or `values`), which the spec's
+    text names but does not hold; None when there are none. Part of what makes two runs the same run."""
+    named = [(iv.name, iv.value) for iv in (spec.interventions if spec is not None else ()) if isinstance(iv.value, torch.Tensor)]
+    for name, given in sorted((values or {}).items()):
+        given = list(given) if isinstance(given, (list, tuple)) else [given]
+        named.extend((f"{name}[{i}]", torch.as_tensor(value)) for i, value in enumerate(given))
+    return _tensors_hash(named) if named else None
 
 
 def _world() -> tuple[int, int]:
@@ -123,10 +135,12 @@ def _to(batch: Any, device: torch.device) -> Any:
     return batch.to(device) if isinstance(batch, torch.Tensor) else batch
 
 
-def _capture(model: nn.Module, spec: Any, outputs: Any, batch: Any, inputs: Sequence[str], index: int) -> dict[str, torch.Tensor]:
+def _capture(
+    model: nn.Module, spec: Any, outputs: Any, batch: Any, inputs: Sequence[str], index: int, values: Any = None
+) -> dict[str, torch.Tensor]:
     """One batch's captures as `{tensor name: CPU tensor [rows, ...]}`, plus the kept model inputs."""
     rows = _rows_of(batch)
-    with trace(model, spec, outputs=outputs) as captured:
+    with trace(model, spec, outputs=outputs, values=values) as captured:
         if isinstance(batch, Mapping):
             model(**batch)
         elif isinstance(batch, (tuple, list)):
@@ -214,6 +228,7 @@ def extract(
     max_pending: int = 1,
     fingerprint_weights: bool = False,
     columns: Sequence[str] = (),
+    values: Mapping[str, Any] | None = None,
 ) -> Activations:
     """Run `model` over `batches` under `trace(model, spec)` and write every capture to `out_dir`.
 
@@ -241,6 +256,9 @@ def extract(
         columns: batch dict entries that are data, not model inputs (`labels`, `id`): taken out of each
             batch before the forward and stored beside the captures, one value per row (a tensor, or a
             list of numbers or strings); `Activations.column(name)` reads them back.
+        values: the tensors of the spec's `{value: NAME}` interventions, as `trace` takes them. A spec
+            with `interventions` stores the activations of the edited model; the edits' tensors are part
+            of what makes two runs the same run.
 
     The output folder is locked for the whole run: a second `extract` on it fails at once, naming the
     process that holds it. An interrupt (`KeyboardInterrupt`) stops within a bounded time and leaves only
@@ -253,9 +271,9 @@ def extract(
     directory = output_folder(Path(out_dir))
     rank, world = _world()
     columns = check_columns(columns, inputs)
-    if isinstance(spec, (str, os.PathLike)):
-        spec = load_spec(spec, for_model=model)
-    with trace(model, spec, outputs=outputs):  # an unknown key or a spec that does not apply fails here
+    if spec is not None:  # a file, builtin:NAME, a spec document or a capture dict, as trace reads it
+        spec = as_spec(unwrap(model), spec)
+    with trace(model, spec, outputs=outputs, values=values):  # an unknown key or a spec that does not apply fails here
         pass
     described: dict[str, Any] = {
         "class": f"{type(model).__module__}:{type(model).__qualname__}",
@@ -263,6 +281,7 @@ def extract(
     }
     if fingerprint_weights:
         described["weights_sha256"] = _weights_hash(model)
+    edits = _edit_values_hash(spec, values)
     run = {
         "spec": _spec_text(model, spec),
         "outputs": None if outputs is None else list([outputs] if isinstance(outputs, str) else outputs),
@@ -272,6 +291,7 @@ def extract(
         "world_size": world,
         "shard_bytes": shard_bytes,
         **({"columns": list(columns)} if columns else {}),
+        **({"edit_values_sha256": edits} if edits else {}),
     }
     run_id = fingerprint(run)
     with FolderLock(directory, rank):
@@ -284,7 +304,7 @@ def extract(
             directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending
         )
         try:
-            count = _run_batches(model, spec, outputs, inputs, columns, schedule, writer, expected, reporter)
+            count = _run_batches(model, spec, outputs, inputs, columns, schedule, writer, expected, reporter, values)
         except BaseException as e:
             writer.abort()
             if reporter is not None:
@@ -308,6 +328,7 @@ def _run_batches(
     writer: ShardWriter,
     expected: Layout | None,
     reporter: Progress | None,
+    values: Mapping[str, Any] | None = None,
 ) -> int:
     """The model loop: capture each of this rank's batches, check its layout, hand it to the writer.
     `columns` are taken out of each batch and stored beside its captures. Returns the number of batches
@@ -316,7 +337,7 @@ def _run_batches(
     with torch.inference_mode(), shared_warning():  # one padding warning per run, not per batch's trace
         for index, batch in schedule:
             batch, carried, texts = split_columns(batch, columns, index, _rows_of)
-            tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index)
+            tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index, values)
             add_columns(tensors, carried, texts)
             layout = _layout(tensors)
             expected = expected or layout

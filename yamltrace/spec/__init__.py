@@ -22,7 +22,7 @@ from ._registry import (
     resolve_class,
     unregister_class,
 )
-from ._schema import SCHEMA_FILE, SCHEMA_ID, load_schema, validate_spec
+from ._schema import SCHEMA_FILE, SCHEMA_ID, load_schema, schema_path, validate_spec
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -38,6 +38,7 @@ __all__ = [
     "default_registry",
     "list_classes",
     "load_schema",
+    "schema_path",
     "load_spec",
     "read_spec_document",
     "register_class",

@@ -201,13 +201,15 @@ def names_file(text: str) -> bool:
 
 
 def read_spec_document(
-    source: str | bytes | os.PathLike[str] | Mapping[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES
+    source: str | bytes | os.PathLike[str] | Mapping[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES, lenient: bool = False
 ) -> SpecDocument:
     """Read a spec safely into plain data with node locations, `extends` merged; SpecError for every problem.
 
     `source` is a path (`os.PathLike`, or a one-line string ending in .yaml/.yml or naming an existing
     file), YAML text, UTF-8 bytes, or a mapping. `extends` is resolved relative to the file (to the
     current directory for text and mappings). Nothing is imported and the schema is not checked here.
+    `lenient` reads past anchors, aliases and tabs of `source` itself (an alias as null, never expanded;
+    a tab as a space): only to find the document's other problems after a strict read refused one.
     """
     budget = Budget(bytes=max_bytes)
     seen: frozenset[str]
@@ -221,12 +223,12 @@ def read_spec_document(
         base_dir, seen = os.getcwd(), frozenset()
     elif isinstance(source, os.PathLike) or isinstance(source, str) and names_file(source):
         display = os.fsdecode(os.fspath(source))
-        part = read_file(display, display, max_bytes, (display,), budget)
+        part = read_file(display, display, max_bytes, (display,), budget, lenient)
         folder = base_dir = names_folder(display)
         read.append((display, os.path.realpath(display), part.raw or b""))
         seen = frozenset({read[0][1]})
     elif isinstance(source, (str, bytes)):
-        part = read_text(source, max_bytes, None, ("<string>",), budget)
+        part = read_text(source, max_bytes, None, ("<string>",), budget, lenient)
         base_dir, seen = os.getcwd(), frozenset()
     else:
         raise SpecError.single(f"cannot read a spec from {type(source).__name__}; pass a path, YAML text, bytes or a mapping")

@@ -12,7 +12,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -24,7 +24,7 @@ from ._limits import intervention_issues, recorder_issues, size_issues, unique_k
 from ._patterns import PatternError, compile_pattern
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument, read_spec_document
 
-__all__ = ["SCHEMA_ID", "SCHEMA_FILE", "checked_document", "load_schema", "schema_issues", "validate_spec"]
+__all__ = ["SCHEMA_ID", "SCHEMA_FILE", "checked_document", "load_schema", "schema_issues", "schema_path", "validate_spec"]
 
 SCHEMA_ID = "https://yamltrace.dev/schemas/yamltrace-spec-v1.schema.json"
 SCHEMA_FILE = "yamltrace-spec-v1.schema.json"
@@ -33,6 +33,12 @@ _DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
 _NUMBER_LIKE = re.compile(r"[-+]?[0-9][0-9_.oOxXbBeE+-]*")
 # A list item that YAML flow style reads back unquoted as the same value.
 _PLAIN_ITEM = re.compile(r"-?[0-9]+|[A-Za-z_][A-Za-z0-9_.:]*")
+
+
+def schema_path() -> str:
+    """The installed schema file's path: what an editor's `$schema=` modeline or `yaml.schemas` setting
+    can name to resolve offline (the `$id` URL is an identifier nothing serves)."""
+    return str(resources.files("yamltrace").joinpath("schemas", SCHEMA_FILE))
 
 
 @functools.cache
@@ -53,7 +59,9 @@ def _validator() -> jsonschema.protocols.Validator:
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
     )
-    cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"uniqueItems": _unique_items}, type_checker=checker)
+    cls = jsonschema.validators.extend(
+        jsonschema.Draft202012Validator, {"uniqueItems": _unique_items, "properties": _properties}, type_checker=checker
+    )
     validator: jsonschema.protocols.Validator = cls(_schema())
     return validator
 
@@ -125,6 +133,39 @@ def _unknown_keys(error: ValidationError, document: SpecDocument, path: tuple[st
     return issues
 
 
+def _custom_message(error: ValidationError) -> str | None:
+    """The schema's own message for `error`, read as yaml-language-server reads it, so an editor and
+    yamltrace say the same thing: `patternErrorMessage` for a failed `pattern` (yamltrace puts the value
+    first: `'gpu' is not a device; ...`), else the failing object's `errorMessage` (a string, for every
+    failure of that object), else, for `oneOf` / `anyOf`, the `errorMessage` all its alternatives share."""
+    schema = _subschema(error)
+    if error.validator == "pattern" and isinstance(schema.get("patternErrorMessage"), str):
+        return f"{_show(error.instance)} is {schema['patternErrorMessage']}"
+    message = schema.get("errorMessage")
+    if isinstance(message, str):
+        return message
+    if error.validator in ("oneOf", "anyOf") and isinstance(error.validator_value, list):
+        shared = {alt.get("errorMessage") if isinstance(alt, Mapping) else None for alt in error.validator_value}
+        if len(shared) == 1 and isinstance(only := shared.pop(), str):
+            return only
+    return None
+
+
+def _properties(validator: Any, properties: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]) -> Any:
+    """`properties`, with a property whose schema is `false` reported at the object that forbids it,
+    where that object's `errorMessage` says why (`{"properties": {"index": false}, "errorMessage": ...}`,
+    the form editors show)."""
+    if not validator.is_type(instance, "object"):
+        return
+    for name, subschema in properties.items():
+        if name not in instance:
+            continue
+        if subschema is False:
+            yield ValidationError(f"{name!r} is not allowed here")
+        else:
+            yield from validator.descend(instance[name], subschema, path=name, schema_path=name)
+
+
 def _issues_for(error: ValidationError, document: SpecDocument) -> list[SpecIssue]:
     path = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and _subschema(error).get("additionalProperties") is False:
@@ -132,9 +173,9 @@ def _issues_for(error: ValidationError, document: SpecDocument) -> list[SpecIssu
     if "propertyNames" in error.absolute_schema_path:
         key: Any = error.instance  # propertyNames validates a key, a str
         return [document.issue((*path, key), f"key {error.message}", at_key=True)]
-    custom = error.schema.get("errorMessage", {}).get(error.validator) if isinstance(error.schema, dict) else None
+    custom = _custom_message(error)
     if custom:
-        message = custom.format(instance=_show(error.instance))
+        message = custom
     elif error.validator == "type":
         message = _type_message(error)
     else:
@@ -181,6 +222,30 @@ def schema_issues(document: SpecDocument) -> list[SpecIssue]:
     return issues if issues else _sorted(content_issues(document))
 
 
+def _issues_past_refusals(source: Any, refused: Sequence[SpecIssue], max_bytes: int) -> list[SpecIssue]:
+    """The schema problems of the rest of a file a strict read refused (an anchor, an alias, a tab), read
+    again leniently; none when that read fails too. A problem at a refused node (an alias read as null) is dropped."""
+    if isinstance(source, Mapping):
+        return []
+    try:
+        document = read_spec_document(source, max_bytes=max_bytes, lenient=True)
+    except SpecError:
+        return []
+    at = {(i.file, i.line, i.column) for i in refused}
+    texts: dict[str | None, list[str]] = {file: raw.decode("utf-8", "replace").splitlines() for file, _, raw in document.read}
+    if isinstance(source, (str, bytes)) and not texts:
+        text = source if isinstance(source, str) else source.decode("utf-8", "replace")
+        texts = {None: text.splitlines(), "<string>": text.splitlines()}
+
+    def at_alias(issue: SpecIssue) -> bool:
+        lines = texts.get(issue.file, [])
+        if issue.line is None or issue.column is None or issue.line > len(lines):
+            return False
+        return lines[issue.line - 1][issue.column - 1 : issue.column] == "*"
+
+    return [i for i in schema_issues(document) if (i.file, i.line, i.column) not in at and not at_alias(i)]
+
+
 def checked_document(
     source: str | bytes | os.PathLike[str] | Mapping[str, Any] | SpecDocument, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> tuple[SpecDocument, list[SpecIssue]]:
@@ -189,7 +254,13 @@ def checked_document(
     `load_spec` reports content issues together with what resolving the classes finds; `validate_spec`
     raises them. Both therefore refuse the same specs.
     """
-    document = source if isinstance(source, SpecDocument) else read_spec_document(source, max_bytes=max_bytes)
+    if isinstance(source, SpecDocument):
+        document = source
+    else:
+        try:
+            document = read_spec_document(source, max_bytes=max_bytes)
+        except SpecError as e:
+            raise SpecError(_sorted([*e.issues, *_issues_past_refusals(source, e.issues, max_bytes)])) from None
     issues = structure_issues(document)
     if issues:
         raise SpecError(issues)

@@ -14,7 +14,7 @@ from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, RecorderField, defa
 from ..engine import CaptureMap, Intervention, OutputRecorder, RuntimeValue, normalize_output_map
 from ..errors import SpecIssue, format_json_path
 from ._registry import ClassRegistry, default_registry
-from ._schema import SCHEMA_ID
+from ._schema import SCHEMA_FILE
 from ._walk import Section, section_path, sections
 
 __all__ = ["PatchEntry", "Spec", "SpecScope"]
@@ -129,8 +129,13 @@ class Spec:
         """The outputs as a fresh `_can_record_outputs`-style dict."""
         return {key: list(recorders) for key, recorders in self.outputs.items()}
 
-    def to_yaml(self, *, registry: ClassRegistry | None = None) -> str:
+    def to_yaml(self, *, registry: ClassRegistry | None = None, schema: str = SCHEMA_FILE) -> str:
         """The spec as YAML that `load_spec` reads back to an equal Spec; classes are written `module:Qualname`.
+
+        The first line is a `# yaml-language-server: $schema=` modeline naming the schema file `schema`,
+        relative to where the YAML is saved: by default `yamltrace-spec-v1.schema.json` beside it (a copy
+        `yamltrace schema --output` writes), so the text is the same on every machine (checkpoints and
+        extraction indexes store it); `schema=schema_path()` names the installed file; `""` no modeline.
 
         A class defined inside a function is written by its registered name; `ValueError` if it has none.
         A tensor value of an intervention is written as the `FILE.safetensors:NAME` it was read from, so
@@ -160,7 +165,7 @@ class Spec:
         if self.interventions:
             document["interventions"] = {edit.name: _intervention_to_data(edit, registry) for edit in self.interventions}
         body = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=120)
-        return f"# yaml-language-server: $schema={SCHEMA_ID}\n{body}"
+        return f"# yaml-language-server: $schema={schema}\n{body}" if schema else body
 
 
 def _class_ref(cls: type, registry: ClassRegistry) -> str:

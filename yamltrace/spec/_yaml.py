@@ -71,17 +71,23 @@ class _SpecLoader(yaml.SafeLoader):
         def peek_event(self) -> _Event: ...
         def get_event(self) -> _Event: ...
 
-    def __init__(self, text: str, budget: Budget | None = None) -> None:
+    def __init__(self, text: str, budget: Budget | None = None, *, lenient: bool = False) -> None:
         super().__init__(text)
         self._depth = 0
         self._budget = budget or Budget()
+        self._lenient = lenient  # anchors dropped and aliases read as null, never expanded: for the other issues
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event = self.peek_event()
         if isinstance(event, AliasEvent):
-            raise _Refused(f"aliases (*{event.anchor}) are not allowed in a spec; write the value out", event.start_mark)
+            if not self._lenient:
+                raise _Refused(f"aliases (*{event.anchor}) are not allowed in a spec; write the value out", event.start_mark)
+            self.get_event()
+            return ScalarNode(_NULL, "", event.start_mark, event.start_mark)
         if event.anchor is not None:
-            raise _Refused(f"anchors (&{event.anchor}) are not allowed in a spec; write the value out", event.start_mark)
+            if not self._lenient:
+                raise _Refused(f"anchors (&{event.anchor}) are not allowed in a spec; write the value out", event.start_mark)
+            event.anchor = None
         if self._depth >= MAX_DEPTH:
             raise _Refused(f"nesting is deeper than {MAX_DEPTH} levels; a spec needs only a few", event.start_mark)
         if self._budget.nodes <= 0:
@@ -255,14 +261,18 @@ def _hidden_line_break(text: str, file: str | None, chain: tuple[str, ...]) -> S
     return SpecError([noted(SpecIssue(message, "$", file, line, column), chain)])
 
 
-def _parse(text: str, file: str | None, chain: tuple[str, ...], budget: Budget | None = None) -> Part:
-    """Compose and build one YAML document; raises SpecError for YAML errors and refused constructs."""
+def _parse(text: str, file: str | None, chain: tuple[str, ...], budget: Budget | None = None, lenient: bool = False) -> Part:
+    """Compose and build one YAML document; raises SpecError for YAML errors and refused constructs
+    (`lenient`: anchors and aliases pass, an alias read as null, and each tab reads as a space, so the
+    rest can be checked)."""
+    if lenient:
+        text = text.replace("\t", " ")
     part = Part(file, chain)
     hidden = _hidden_line_break(text, file, chain)
     if hidden is not None:
         raise hidden
     try:
-        root = _SpecLoader(text, budget).compose_single()
+        root = _SpecLoader(text, budget, lenient=lenient).compose_single()
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         message = e.problem or e.context or "invalid YAML"
@@ -292,7 +302,14 @@ def _parse(text: str, file: str | None, chain: tuple[str, ...], budget: Budget |
     return part
 
 
-def read_text(text: str | bytes, max_bytes: int, file: str | None, chain: tuple[str, ...], budget: Budget | None = None) -> Part:
+def read_text(
+    text: str | bytes,
+    max_bytes: int,
+    file: str | None,
+    chain: tuple[str, ...],
+    budget: Budget | None = None,
+    lenient: bool = False,
+) -> Part:
     """Parse one document of at most `max_bytes` (and of what is left of `budget`, shared by an extends chain)."""
     budget = budget or Budget(bytes=max_bytes)
     size = len(text) if isinstance(text, bytes) or len(text) > max_bytes else len(text.encode("utf-8", "surrogatepass"))
@@ -300,10 +317,12 @@ def read_text(text: str | bytes, max_bytes: int, file: str | None, chain: tuple[
         raise _too_big(max_bytes, file, chain)
     if isinstance(text, bytes):
         text = _decode(text, file, chain)
-    return _parse(text, file, chain, budget)
+    return _parse(text, file, chain, budget, lenient)
 
 
-def read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...], budget: Budget | None = None) -> Part:
+def read_file(
+    path: str, display: str, max_bytes: int, chain: tuple[str, ...], budget: Budget | None = None, lenient: bool = False
+) -> Part:
     """Read a regular file (never a FIFO or device, which could block) of at most `max_bytes`."""
 
     def fail(message: str) -> SpecError:
@@ -325,6 +344,6 @@ def read_file(path: str, display: str, max_bytes: int, chain: tuple[str, ...], b
         raise fail("not a regular file; a spec must be a YAML file")
     if info.st_size > max_bytes or len(raw) > max_bytes:
         raise _too_big(max_bytes, display, chain)
-    part = read_text(raw, max_bytes, display, chain, budget)
+    part = read_text(raw, max_bytes, display, chain, budget, lenient)
     part.raw = raw
     return part

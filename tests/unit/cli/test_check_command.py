@@ -75,11 +75,11 @@ def test_a_bare_router_takes_the_scores_and_is_told_to_use_index_0(
     status, lines = check(capsys, spec, "--model", MIXTRAL, "--config", mixtral_config)
     assert status == 0  # a warning does not fail the check
     assert lines[1] == (
-        "outputs: hidden_states[0] MixtralDecoderLayer (line 4): 2 module(s): model.layers.0, model.layers.1; the output: (2, 3, 16)"
+        "outputs: hidden_states[0] MixtralDecoderLayer (line 4): 2 module(s): model.layers.0, model.layers.1; the output: (2, 3, 16), fits hidden_states"
     )
     assert lines[2] == (
         "outputs: router_logits[0] MixtralTopKRouter (line 5): 2 module(s): model.layers.0.mlp.gate, model.layers.1.mlp.gate; "
-        "element 1 of 3: (6, 2)"
+        "element 1 of 3: (6, 2), does not fit router_logits"
     )
     assert lines[3] == (
         f"{spec}:5:18: $.outputs.router_logits: warning: output 'router_logits' is [batch*seq, experts] = (6, 4) "
@@ -94,11 +94,13 @@ def test_the_shipped_mixtral_spec_takes_the_logits_and_fits_every_key(
     status, lines = check(capsys, str(_shipped("mixtral")), "--model", MIXTRAL, "--config", mixtral_config)
     assert status == 0
     assert any(
-        line.startswith("outputs: router_logits[0] MixtralTopKRouter") and line.endswith("element 0 of 3: (6, 4)")
+        line.startswith("outputs: router_logits[0] MixtralTopKRouter")
+        and line.endswith("element 0 of 3: (6, 4), fits router_logits")
         for line in lines
     )
     assert any(
-        line.startswith("outputs: attentions[0] MixtralAttention") and line.endswith("element 1 of 2: (2, 2, 3, 3)")
+        line.startswith("outputs: attentions[0] MixtralAttention")
+        and line.endswith("element 1 of 2: (2, 2, 3, 3), fits attentions")
         for line in lines
     )
     assert lines[-1] == "1 file, 0 invalid, 0 problems, 0 warnings"
@@ -117,7 +119,7 @@ def test_attention_weights_under_sdpa_warn_and_the_eager_option_builds_eager(
         "at model.layers.0.self_attn runs attn_implementation 'sdpa', which computes none"
     )
     assert "add `options: {attn_implementation: eager}` to the spec" in lines[2]
-    assert lines[4].endswith("; element 1 of 2: (2, 2, 3, 3)")  # the eager spec's model is built eager
+    assert lines[4].endswith("; element 1 of 2: (2, 2, 3, 3), fits attentions")  # the eager spec's model is built eager
     assert lines[-1] == "2 files, 0 invalid, 0 problems, 1 warning"
 
 
@@ -169,7 +171,7 @@ def test_json_and_github_formats(tmp_path: Path, mixtral_config: str, capsys: py
     assert entry["status"] == "valid" and entry["issues"] == []
     assert entry["warnings"][0]["line"] == 5 and entry["warnings"][0]["json_path"] == "$.outputs.router_logits"
     assert entry["warnings"][0]["message"].endswith("use index: 0")
-    assert entry["notes"][2].endswith("element 1 of 3: (6, 2)")
+    assert entry["notes"][2].endswith("element 1 of 3: (6, 2), does not fit router_logits")
     status = main(["check", spec, "--model", MIXTRAL, "--config", mixtral_config, "--format", "github"])
     out = capsys.readouterr().out.splitlines()
     assert status == 0 and len(out) == 1

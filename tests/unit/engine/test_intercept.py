@@ -218,3 +218,17 @@ def test_frames_wrap_the_forward_and_its_listeners_and_exit_in_reverse_also_on_e
     handle.remove()
     module.fail = False
     assert module.__dict__ == before
+
+
+def test_on_the_slower_path_input_edits_reach_the_forward_the_hooks_and_the_listeners() -> None:
+    module, log, seen = Scale(), [], []
+    foreign = module.register_forward_hook(lambda m, args, output: seen.append(args[0]) or output + 1)
+    double = lambda args, kwargs: ((args[0] * 2,), kwargs)  # noqa: E731
+    handle = intercept([(module, recorder(log), None)], edits=[(module, "inputs", double)])
+    returned = module(torch.ones(1))
+    handle.remove()
+    ((_, args, _, output),) = log
+    assert torch.equal(seen[0], torch.tensor([2.0])) and torch.equal(args[0], torch.tensor([2.0]))
+    assert torch.equal(output, torch.tensor([5.0])) and torch.equal(returned, output)
+    assert list(module._forward_hooks) == [foreign.id] and not module._forward_pre_hooks
+    assert "forward" not in module.__dict__

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 from helpers import ROOT
 
-from yamltrace.spec import SCHEMA_ID, validate_spec
+from yamltrace.spec import SCHEMA_FILE, SCHEMA_ID, validate_spec
 
 EXAMPLES = sorted((ROOT / "docs" / "specs").glob("*.yaml"))
 
@@ -21,7 +22,10 @@ def test_the_examples_are_there():
 def test_example_spec_is_valid_and_points_editors_at_the_schema(path):
     document = validate_spec(path)
     assert document.data["yamltrace"] == 1 and document.data["patches"]
-    assert path.read_text(encoding="utf-8").splitlines()[0] == f"# yaml-language-server: $schema={SCHEMA_ID}"
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first == f"# yaml-language-server: $schema=../../schemas/{SCHEMA_FILE}"  # a file, found offline
+    target = path.parent / first.split("$schema=", 1)[1]
+    assert json.loads(target.read_text(encoding="utf-8"))["$id"] == SCHEMA_ID
 
 
 def test_the_liger_example_conditions_the_triton_kernels_on_cuda():

@@ -40,3 +40,21 @@ def test_a_tab_is_named_in_words_in_the_text_report() -> None:
     line = escaped_issue(raised.value.issues[0])
     assert line.startswith("<string>:3:1: $: a tab character cannot start a token (YAML indents with spaces); replace the tab")
     assert "\\" not in line
+
+
+def test_after_an_anchor_the_rest_of_the_file_is_still_checked() -> None:
+    text = "yamltrace: 1\noutputs:\n  a: &x X\n  b: {target: X, idx: 0}\n  c: *x\n"
+    assert _messages(text) == [
+        "$: anchors (&x) are not allowed in a spec; write the value out",
+        "$.outputs.b.idx: unknown key 'idx'; did you mean 'index'?",
+    ]
+    with pytest.raises(SpecError, match="(?s)anchors.*unknown key 'idx'"):
+        load_spec(text)
+
+
+def test_after_a_tab_the_rest_of_the_file_is_still_checked() -> None:
+    assert _messages("yamltrace: 1\noutputs:\n\thidden_states: {target: X, detach: 1}\n") == [
+        "$: a tab character cannot start a token (YAML indents with spaces); replace the tab with spaces "
+        "(while scanning for the next token)",
+        "$.outputs.hidden_states.detach: 1 is not of type 'boolean'; write true or false",
+    ]
