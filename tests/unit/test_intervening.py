@@ -301,3 +301,14 @@ def test_clamp_without_bounds_is_a_located_error(model) -> None:
         yamltrace.intervene(model, spec_of(iv)),
     ):
         pass  # pragma: no cover
+
+
+def test_a_value_of_another_dtype_is_cast_to_the_edited_tensors(model, ids) -> None:
+    vector = torch.linspace(-1, 1, HIDDEN, dtype=torch.float64)
+    iv = Intervention("steer", OutputRecorder(TinyDecoderLayer, layers=(0,)), "add", vector)
+    with torch.no_grad():
+        with yamltrace.intervene(model, spec_of(iv)):
+            ours = model(ids).last_hidden_state
+            again = model(ids).last_hidden_state
+        theirs = by_hooks(model, ids, "layers.0", "add", vector.float(), None, None)
+    assert ours.dtype == torch.float32 and torch.equal(ours, theirs) and torch.equal(again, theirs)
