@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
-from torch.compiler import is_compiling
+from torch.compiler import is_compiling, is_dynamo_compiling
 
 from ..errors import PositionError, SpecError, SpecIssue
-from ._collector import session_records
+from ._collector import open_blocks, session_records
 from ._edit import Intervention, RuntimeValue
 from ._intercept import INPUTS, OUTPUTS, Interception, intercept
 from ._plan import plan_hooks
@@ -332,20 +332,25 @@ def install_edits(rows: Sequence[EditRow], session: Any) -> Interception:
     for module, _, edit in rows:
         kind = OUTPUTS if edit.source is None else INPUTS
         applied = edit.output if kind == OUTPUTS else edit.inputs
-        edits.append((module, kind, applied if session is None else _gated(applied, kind, session)))
+        edits.append((module, kind, applied if session is None else _gated(edit, kind, session)))
     return intercept([], (), edits)
 
 
-def _gated(applied: Callable[..., Any], kind: str, session: Any) -> Callable[..., Any]:
-    """`applied`, for calls `session` records; other calls pass through unchanged."""
+def _gated(edit: Edit, kind: str, session: Any) -> Callable[..., Any]:
+    """The edit, for calls `session` records; other calls pass through unchanged. The output edit
+    tests `session_records`' rule for a block session inline, and takes a tensor output straight to
+    `Edit.tensor` (a Python call less each: tests/unit/test_intervening.py runs it against the rule)."""
     if kind == OUTPUTS:
+        whole, tensor, blocks, is_tensor = edit.output, edit.tensor, open_blocks, torch.Tensor
 
         def output(output: Any) -> Any:
-            return applied(output) if session_records(session) else output
+            if not (session.open if is_dynamo_compiling() else session in blocks.get()):
+                return output
+            return tensor(output) if type(output) is is_tensor else whole(output)
 
         return output
 
     def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return applied(args, kwargs) if session_records(session) else (args, kwargs)
+        return edit.inputs(args, kwargs) if session_records(session) else (args, kwargs)
 
     return inputs
