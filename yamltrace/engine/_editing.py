@@ -60,7 +60,10 @@ class Edit:
         self.source = None if select.input is None else InputSource(select.input, select.target_class)
         self.positions, self.seq_dim = select.positions, select.seq_dim
         self.whole = self.positions is None and not self.split  # the whole tensor is edited
-        self._apply: Callable[[torch.Tensor, Any], torch.Tensor] = getattr(self, f"_{intervention.operation}")
+        # add and scale are torch's own functions (no Python frame per call); the others are methods.
+        builtins: dict[str, Callable[[torch.Tensor, Any], torch.Tensor]] = {"add": torch.add, "scale": torch.mul}
+        builtin = builtins.get(intervention.operation)
+        self._apply: Callable[[torch.Tensor, Any], torch.Tensor] = builtin or getattr(self, f"_{intervention.operation}")
         self._cache: dict[tuple[Any, ...], Any] = {}  # index tensors
         self._tensor = isinstance(value, torch.Tensor)
         # How a value could change the edited shape (add, scale): a vector its last dimension, a
@@ -205,16 +208,10 @@ class Edit:
     def _zero(self, x: torch.Tensor, value: Any) -> torch.Tensor:
         return torch.zeros_like(x)
 
-    def _add(self, x: torch.Tensor, value: Any) -> torch.Tensor:
-        return torch.add(x, value)
-
     def _set(self, x: torch.Tensor, value: Any) -> torch.Tensor:
         if not isinstance(value, torch.Tensor):
             return torch.full_like(x, value)
         return value.expand(x.shape).clone(memory_format=torch.contiguous_format)
-
-    def _scale(self, x: torch.Tensor, value: Any) -> torch.Tensor:
-        return torch.mul(x, value)
 
     def _clamp(self, x: torch.Tensor, value: Any) -> torch.Tensor:
         return x.clamp(*value)
