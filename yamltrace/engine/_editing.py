@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
-from torch.compiler import is_compiling
+from torch.compiler import is_compiling, is_dynamo_compiling
 
 from ..errors import PositionError, SpecError, SpecIssue
-from ._collector import session_records
+from ._collector import open_blocks, session_records
 from ._edit import Intervention, RuntimeValue
 from ._intercept import INPUTS, OUTPUTS, Interception, intercept
 from ._plan import plan_hooks
@@ -47,7 +47,10 @@ class Edit:
     `(low, high)` or None); `heads` is the number of heads the last dimension splits into (with
     `head_dim`, from the tensor's size)."""
 
-    __slots__ = ("iv", "path", "value", "index", "source", "positions", "seq_dim", "split", "heads", "_apply", "_cache")
+    __slots__ = (
+        "iv", "path", "value", "index", "source", "positions", "seq_dim", "split", "heads", "whole", "_apply", "_cache",
+        "_tensor", "_grows",
+    )  # fmt: skip
 
     def __init__(self, intervention: Intervention, path: str, value: Any, heads: int | None) -> None:
         select = intervention.select
@@ -56,8 +59,17 @@ class Edit:
         self.index = select.index
         self.source = None if select.input is None else InputSource(select.input, select.target_class)
         self.positions, self.seq_dim = select.positions, select.seq_dim
-        self._apply: Callable[[torch.Tensor, Any], torch.Tensor] = getattr(self, f"_{intervention.operation}")
-        self._cache: dict[tuple[Any, ...], Any] = {}  # converted values and index tensors
+        self.whole = self.positions is None and not self.split  # the whole tensor is edited
+        # add and scale are torch's own functions (no Python frame per call); the others are methods.
+        builtins: dict[str, Callable[[torch.Tensor, Any], torch.Tensor]] = {"add": torch.add, "scale": torch.mul}
+        builtin = builtins.get(intervention.operation)
+        self._apply: Callable[[torch.Tensor, Any], torch.Tensor] = builtin or getattr(self, f"_{intervention.operation}")
+        self._cache: dict[tuple[Any, ...], Any] = {}  # index tensors
+        self._tensor = isinstance(value, torch.Tensor)
+        # How a value could change the edited shape (add, scale): a vector its last dimension, a
+        # tensor of more dimensions any; a number or one element, set and the others cannot.
+        grows = self._tensor and intervention.operation in ("add", "scale") and value.numel() > 1
+        self._grows = None if not grows else "last" if value.dim() == 1 else "shape"
 
     def error(self, message: str) -> SpecError:
         where = self.path.lstrip(".") or "<root>"
@@ -89,9 +101,13 @@ class Edit:
         """`t` edited: the whole tensor, or its region (module docstring)."""
         if not isinstance(t, torch.Tensor):
             raise self.error(f"it gives a {type(t).__name__}, not a tensor; select a tensor (index, input).")
-        value = self._matched(t)
-        if self.positions is None and not self.split:
-            return self._apply(t, value)
+        value = self.value
+        if self._tensor and value.dtype is not t.dtype:
+            value = self._matched(t)
+        if self.whole:
+            return self._edited(t, value)
+        if self._tensor and value.device != t.device:
+            value = self._matched(t)
         full = isinstance(value, torch.Tensor) and value.dim() > 1 and value.shape == t.shape
         view, steps = t, []
         if self.positions is not None:
@@ -110,20 +126,33 @@ class Edit:
 
     def _region(self, x: torch.Tensor, value: Any, steps: list[tuple[int, torch.Tensor]], full: bool) -> torch.Tensor:
         if not steps:
-            return self._apply(x, value)
+            return self._edited(x, value)
         (dim, index), rest = steps[0], steps[1:]
         part = self._region(x.index_select(dim, index), value.index_select(dim, index) if full else value, rest, full)
         return x.index_copy(dim, index, part)
 
+    def _edited(self, x: torch.Tensor, value: Any) -> torch.Tensor:
+        """The operation on `x`; a value on another device is moved there (a torch error tells), and
+        one that would change `x`'s shape is the located error."""
+        try:
+            edited = self._apply(x, value)
+        except RuntimeError:
+            if not self._tensor or value.device == x.device:
+                raise self._misfit(value, x) from None
+            value = self._matched(x)
+            edited = self._apply(x, value)
+        grows = self._grows
+        if grows is not None and (edited.size(-1) != x.size(-1) if grows == "last" else edited.shape != x.shape):
+            raise self._misfit(value, x)
+        return edited
+
     def _matched(self, t: torch.Tensor) -> Any:
-        """The value in `t`'s dtype and on its device (converted once per dtype and device, unless it
-        requires grad: then per call, so each call's graph is its own)."""
-        value = self.value
-        if not isinstance(value, torch.Tensor) or (value.dtype is t.dtype and value.device == t.device):
-            return value
-        if value.requires_grad:
-            return value.to(device=t.device, dtype=t.dtype)
-        return self._cached((t.dtype, t.device), lambda: value.to(device=t.device, dtype=t.dtype))
+        """The value in `t`'s dtype and on its device: kept converted for the next calls, unless it
+        requires grad (then converted per call, so each call's graph is its own)."""
+        value = self.value.to(device=t.device, dtype=t.dtype)
+        if not self.value.requires_grad and not is_compiling():
+            self.value = value
+        return value
 
     def _cached(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
         """`make()`, kept under `key` (not while dynamo traces: its sizes may be symbolic)."""
@@ -175,36 +204,14 @@ class Edit:
             raise self.error(f"heads {list(heads)} are not distinct heads of {count}.")
         return self._cached(("heads", count, device), lambda: _index_tensor([h % count for h in heads], device))  # type: ignore[no-any-return]
 
-    # The operations, on a region `x` and this module's value; one that would change `x`'s shape (a
-    # value that does not fit) is the located error.
+    # The operations, on a region `x` and this module's value (`_edited` checks what they give).
     def _zero(self, x: torch.Tensor, value: Any) -> torch.Tensor:
         return torch.zeros_like(x)
-
-    def _add(self, x: torch.Tensor, value: Any) -> torch.Tensor:
-        try:
-            edited = torch.add(x, value)
-        except RuntimeError:
-            raise self._misfit(value, x) from None
-        if edited.shape != x.shape:
-            raise self._misfit(value, x)
-        return edited
 
     def _set(self, x: torch.Tensor, value: Any) -> torch.Tensor:
         if not isinstance(value, torch.Tensor):
             return torch.full_like(x, value)
-        try:
-            return value.expand(x.shape).clone(memory_format=torch.contiguous_format)
-        except RuntimeError:
-            raise self._misfit(value, x) from None
-
-    def _scale(self, x: torch.Tensor, value: Any) -> torch.Tensor:
-        try:
-            edited = torch.mul(x, value)
-        except RuntimeError:
-            raise self._misfit(value, x) from None
-        if edited.shape != x.shape:
-            raise self._misfit(value, x)
-        return edited
+        return value.expand(x.shape).clone(memory_format=torch.contiguous_format)
 
     def _clamp(self, x: torch.Tensor, value: Any) -> torch.Tensor:
         return x.clamp(*value)
@@ -322,20 +329,25 @@ def install_edits(rows: Sequence[EditRow], session: Any) -> Interception:
     for module, _, edit in rows:
         kind = OUTPUTS if edit.source is None else INPUTS
         applied = edit.output if kind == OUTPUTS else edit.inputs
-        edits.append((module, kind, applied if session is None else _gated(applied, kind, session)))
+        edits.append((module, kind, applied if session is None else _gated(edit, kind, session)))
     return intercept([], (), edits)
 
 
-def _gated(applied: Callable[..., Any], kind: str, session: Any) -> Callable[..., Any]:
-    """`applied`, for calls `session` records; other calls pass through unchanged."""
+def _gated(edit: Edit, kind: str, session: Any) -> Callable[..., Any]:
+    """The edit, for calls `session` records; other calls pass through unchanged. The output edit
+    tests `session_records`' rule for a block session inline, and takes a tensor output straight to
+    `Edit.tensor` (a Python call less each: tests/unit/test_intervening.py runs it against the rule)."""
     if kind == OUTPUTS:
+        whole, tensor, blocks, is_tensor = edit.output, edit.tensor, open_blocks, torch.Tensor
 
         def output(output: Any) -> Any:
-            return applied(output) if session_records(session) else output
+            if not (session.open if is_dynamo_compiling() else session in blocks.get()):
+                return output
+            return tensor(output) if type(output) is is_tensor else whole(output)
 
         return output
 
     def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return applied(args, kwargs) if session_records(session) else (args, kwargs)
+        return edit.inputs(args, kwargs) if session_records(session) else (args, kwargs)
 
     return inputs

@@ -90,6 +90,16 @@ class _Interceptor:
         return output
 
     def edited(self, /, *args: Any, **kwargs: Any) -> Any:
+        if self.late or self.inputs or self.frames:
+            return self._edited(args, kwargs)
+        output = self.inner(*args, **kwargs)  # (output edits alone, the common case: `_run` inline)
+        for edit in self.outputs:
+            output = edit(output)
+        for listener, context in self.listeners:
+            listener(context, args, kwargs, output)
+        return output
+
+    def _edited(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not self.late:
             for edit in self.inputs:
                 args, kwargs = edit(args, kwargs)
