@@ -68,7 +68,7 @@ class _Interceptor:
     The tuples are replaced, never mutated, so a running call sees one snapshot.
     """
 
-    __slots__ = ("inner", "shadowed", "listeners", "frames", "inputs", "outputs", "late", "editing")
+    __slots__ = ("inner", "shadowed", "listeners", "frames", "inputs", "outputs", "late", "slow", "editing")
 
     def __init__(self, inner: Callable[..., Any], shadowed: Any = _ABSENT) -> None:
         self.inner = inner  # what `module.forward` was: the bound class forward, or `shadowed`
@@ -78,6 +78,8 @@ class _Interceptor:
         self.inputs: tuple[InputEdit, ...] = ()
         self.outputs: tuple[OutputEdit, ...] = ()
         self.late: tuple[Any, ...] = ()  # on the slower path: the handles of its own hooks
+        # Whether `late` holds any: what a call reads, since compiled code cannot represent a handle.
+        self.slow = False
         self.editing = False  # whether the module's `forward` is `edited`
 
     def forward(self, /, *args: Any, **kwargs: Any) -> Any:
@@ -90,7 +92,7 @@ class _Interceptor:
         return output
 
     def edited(self, /, *args: Any, **kwargs: Any) -> Any:
-        if self.late or self.inputs or self.frames:
+        if self.slow or self.inputs or self.frames:
             return self._edited(args, kwargs)
         output = self.inner(*args, **kwargs)  # (output edits alone, the common case: `_run` inline)
         for edit in self.outputs:
@@ -100,7 +102,7 @@ class _Interceptor:
         return output
 
     def _edited(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not self.late:
+        if not self.slow:
             for edit in self.inputs:
                 args, kwargs = edit(args, kwargs)
         if self.frames:
@@ -109,7 +111,7 @@ class _Interceptor:
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         output = self.inner(*args, **kwargs)
-        if not self.late:
+        if not self.slow:
             for edit in self.outputs:
                 output = edit(output)
             for listener, context in self.listeners:
@@ -190,6 +192,7 @@ def _bind(module: nn.Module, interceptor: _Interceptor) -> None:
             after = module.register_forward_hook(interceptor.after_hooks, with_kwargs=True)
             before = [module.register_forward_pre_hook(interceptor.before_hooks, with_kwargs=True)] if interceptor.inputs else []
             interceptor.late = (after, *before)
+            interceptor.slow = True
     interceptor.editing = late or bool(interceptor.inputs or interceptor.outputs)
     method = interceptor.edited if interceptor.editing else interceptor.forward
     own = module.__dict__
@@ -203,6 +206,7 @@ def _unhook(interceptor: _Interceptor) -> None:
     for handle in interceptor.late:
         handle.remove()
     interceptor.late = ()
+    interceptor.slow = False
 
 
 class Interception:
