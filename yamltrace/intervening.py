@@ -19,13 +19,13 @@ from typing import Any
 from torch import nn
 
 from ._trace_checks import dead_hints
-from .engine import Collector, RuntimeValue, Session, scope_modules, unwrap
+from .engine import Collector, Intervention, RuntimeValue, Session, scope_modules, unwrap
 from .engine._editing import EditRow, edit_issue, install_edits, plan_edits
 from .errors import SpecError, did_you_mean
 from .spec import Spec
 from ._spec_arg import SpecLike, as_spec
 
-__all__ = ["InterventionHandle", "apply_interventions", "intervene", "planned_edits"]
+__all__ = ["InterventionHandle", "apply_interventions", "intervene", "no_module", "planned_edits"]
 
 Values = Mapping[str, Any]  # `{value: NAME}` -> a tensor, or a list/tuple of one tensor per module
 
@@ -66,20 +66,31 @@ def planned_edits(model: nn.Module, spec: Spec, values: Values | None = None, *,
     issues = []
     for iv, edits in plan_edits(model, spec.interventions, values):
         if not edits:
-            hint = dead_hints(iv.select, scope_modules(model, "", ()))
-            issues.append(
-                edit_issue(
-                    iv,
-                    f"intervention {iv.name!r} selects no module of {type(model).__name__}{hint}. Fix its selector "
-                    "(target, class_name, layer_name, layers), or pass strict=False.",
-                )
-            )
+            issues.append(edit_issue(iv, f"{no_module(model, iv)}, or pass strict=False."))
         rows.extend(edits)
     if issues and strict:
         raise SpecError(issues)
     if issues:
         warnings.warn(str(SpecError(issues)), stacklevel=3)
     return rows
+
+
+def no_module(model: nn.Module, iv: Intervention) -> str:
+    """Why an intervention edits no module of `model`, with the fix: its selector matches none (the
+    closest classes or paths), or its `layers` keep none of the modules it matches."""
+    modules = scope_modules(model, "", ())
+    matched = [path[1:] for path, module in modules if iv.select.matches(module, path)]
+    if matched and iv.select.layers is not None:
+        return (
+            f"intervention {iv.name!r}: layers {list(iv.select.layers)} keep none of the {len(matched)} modules its "
+            f"selector matches ({', '.join(matched[:4])}{', ...' if len(matched) > 4 else ''}); use layers from "
+            f"-{len(matched)} to {len(matched) - 1}"
+        )
+    hint = dead_hints(iv.select, modules)
+    return (
+        f"intervention {iv.name!r} selects no module of {type(model).__name__}{hint}. Fix its selector "
+        "(target, class_name, layer_name, layers)"
+    )
 
 
 def _paths(rows: Sequence[EditRow]) -> Mapping[str, tuple[str, ...]]:

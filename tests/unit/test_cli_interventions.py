@@ -74,10 +74,9 @@ def test_check_lists_the_modules_each_intervention_edits(capsys: pytest.CaptureF
     assert status == 0, out
     lines = [line for line in out.splitlines() if line.startswith("intervention ")]
     attention = ", ".join(f"layers.{i}.self_attn" for i in range(4))
-    mlps = ", ".join(f"layers.{i}.mlp" for i in range(4))
     assert lines == [
         f"intervention ablate (line 5): zero on TinyAttention (heads [1]): 4 module(s): {attention}",
-        f"intervention steer (line 6): add [1, 2] on 'mlp' (layers [0], positions [-1]): 4 module(s): {mlps}",
+        f"intervention steer (line 6): add [1, 2] on 'mlp' (layers [0], positions [-1]): 1 module(s): layers.0.mlp",
         "intervention patch (line 7): set {value: clean} on 'layers.1.mlp' (input 0): 1 module(s): layers.1.mlp",
     ]
 
@@ -87,3 +86,20 @@ def test_check_fails_on_an_intervention_that_edits_nothing(capsys: pytest.Captur
     status, out, _ = run(capsys, "check", str(spec), "--model", "yamltrace.examples.tiny:TinyModel")
     assert status == 1
     assert "intervention typo (line 8): scale 2 on 'mpl': MATCHES NOTHING; closest module paths: .mlp" in out
+
+
+def test_check_lists_only_the_layers_an_intervention_edits(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`check` lists what the engine edits (its `layers` kept), and `layers` beyond the model is a
+    located problem of that intervention, not a usage error."""
+    path = tmp_path / "layers.yaml"
+    path.write_text(
+        "yamltrace: 1\ninterventions:\n"
+        "  last: {target: yamltrace.examples.tiny:TinyDecoderLayer, layers: [-1], scale: 0.5}\n"
+        "  beyond: {target: yamltrace.examples.tiny:TinyDecoderLayer, layers: [9], zero: true}\n",
+        encoding="utf-8",
+    )
+    status, out, _ = run(capsys, "check", str(path), "--model", "yamltrace.examples.tiny:TinyModel")
+    assert status == 1, out
+    assert "scale 0.5 on TinyDecoderLayer (layers [-1]): 1 module(s): layers.3" in out
+    assert f"{path}:4:11: $.interventions.beyond: intervention 'beyond': layers [9] keep none of the 4 modules" in out
+    assert "use layers from -4 to 3" in out

@@ -99,15 +99,15 @@ def _patches(spec: Any, model: Any, found: _Findings) -> None:
 
 
 def _interventions(spec: Any, model: Any, found: _Findings) -> None:
-    from .._trace_checks import dead_hints
-    from ..engine import scope_modules
 
     out = io.StringIO()
-    for edit in report_interventions(spec, model, out):
+    for edit, reason in report_interventions(spec, model, out):
         where = edit.where if edit.where is not None else SpecIssue("", f"$.interventions.{edit.name}", spec.source)
-        hints = dead_hints(edit.select, scope_modules(model, "", ()))
-        message = f"intervention {edit.name!r} edits no module of {type(model).__name__}{hints}; fix its selector"
-        found.issues.append(dataclasses.replace(where, message=message))
+        if reason is None:
+            from ..intervening import no_module
+
+            reason = no_module(model, edit)
+        found.issues.append(dataclasses.replace(where, message=reason))
     found.notes.extend(out.getvalue().splitlines())
 
 

@@ -46,19 +46,25 @@ def describe(edit: Any) -> str:
     return escape_text(f"{edit.name}{line}: {edit.operation}{value} on {modules}" + (f" ({selection})" if selection else ""))
 
 
-def report_interventions(spec: Any, model: Any, out: TextIO) -> list[Any]:
-    """Print the module paths each intervention of `spec` hooks in `model`; returns those that hook
-    none (an error when the edits run, unless `strict=False`)."""
+def report_interventions(spec: Any, model: Any, out: TextIO) -> list[tuple[Any, str | None]]:
+    """Print the module paths each intervention of `spec` edits in `model` (the engine's selection,
+    `layers` included); returns those that edit none (an error when the edits run, unless `strict=False`),
+    each with why when it is not that the selector matches nothing (`layers` out of range)."""
     from .._trace_checks import dead_hints
-    from ..engine import scope_modules
+    from ..engine import edited_modules, scope_modules
 
     modules = scope_modules(model, "", ())
     dead = []
     for edit in spec.interventions:
-        hooked = [path[1:] or "<root>" for path, module in modules if edit.select.matches(module, path)]
+        try:
+            hooked = [path[1:] or "<root>" for _, path in edited_modules(model, edit)]
+        except ValueError as e:  # `layers` beyond the modules it counts
+            dead.append((edit, str(e)))
+            print(f"intervention {describe(edit)}: {e}", file=out)
+            continue
         if hooked:
             print(f"intervention {describe(edit)}: {len(hooked)} module(s): {', '.join(hooked)}", file=out)
         else:
-            dead.append(edit)
+            dead.append((edit, None))
             print(f"intervention {describe(edit)}: MATCHES NOTHING{dead_hints(edit.select, modules)}", file=out)
     return dead

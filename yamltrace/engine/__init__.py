@@ -12,6 +12,7 @@ through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest 
 from ._attached import attach_interventions, attach_spec, attached_spec
 from ._collector import Collector, entry_of
 from ._edit import OPERATIONS, Intervention, RuntimeValue
+from ._editing import edited_modules
 from ._heads import head_count
 from ._held import hold_hooks, release_hooks
 from ._padding import PaddingWatch, shared_warning, tasks_watch, warning_state
@@ -57,6 +58,7 @@ __all__ = [
     "config_attribute",
     "decorated_paths",
     "decorator_tie_last",
+    "edited_modules",
     "head_count",
     "default_index",
     "entry_of",

@@ -29,7 +29,7 @@ from ._positions import InputSource, positions_index
 from ._selection import position_counter, resolve_positions
 from ._session import config_attribute
 
-__all__ = ["Edit", "EditRow", "install_edits", "plan_edits", "edit_issue"]
+__all__ = ["Edit", "EditRow", "edited_modules", "install_edits", "plan_edits", "edit_issue"]
 
 _KEY = "intervention"  # the key an intervention's selector is planned under (never `hidden_states`)
 
@@ -231,25 +231,32 @@ class EditRow(NamedTuple):
     edit: Edit
 
 
+def edited_modules(root: nn.Module, iv: Intervention) -> list[tuple[nn.Module, str]]:
+    """The modules an intervention edits, in module order: those its selector hooks (the recorder
+    rules, `plan_hooks`), kept by its `layers` (which count them, or the config's layer count for
+    negative ones); each with its dotted path (leading dot)."""
+    rows = plan_hooks(root, [(_KEY, iv.select)], nested_maps=False)
+    if iv.select.layers is not None:
+        count = position_counter(getattr(root, "config", None), {_KEY: len(rows)})(_KEY, iv.select)
+        kept = resolve_positions(iv.select.layers, count, f"intervention {iv.name!r}")
+        rows = [row for i, row in enumerate(rows) if i in kept]
+    return [(module, path) for module, path, _ in rows]
+
+
 def plan_edits(
     root: nn.Module, interventions: Sequence[Intervention], values: Mapping[str, Any]
 ) -> list[tuple[Intervention, list[EditRow]]]:
-    """For each intervention in order, the modules it edits: those its selector hooks (the recorder
-    rules, `plan_hooks`), in module order, kept by its `layers` (which count them, or the config's
-    layer count for negative ones), each with its value (`values[NAME]` for `{value: NAME}`: one
-    tensor for all, or a sequence of one per module). `SpecError` for a value missing or miscounted."""
+    """For each intervention in order, the modules it edits (`edited_modules`), each with its value
+    (`values[NAME]` for `{value: NAME}`: one tensor for all, or a sequence of one per module).
+    `SpecError` for a value missing or miscounted."""
     config = getattr(root, "config", None)
     planned = []
     for iv in interventions:
-        rows = plan_hooks(root, [(_KEY, iv.select)], nested_maps=False)
-        if iv.select.layers is not None:
-            count = position_counter(config, {_KEY: len(rows)})(_KEY, iv.select)
-            kept = resolve_positions(iv.select.layers, count, f"intervention {iv.name!r}")
-            rows = [row for i, row in enumerate(rows) if i in kept]
-        per_module = _values(iv, len(rows), values)
+        modules = edited_modules(root, iv)
+        per_module = _values(iv, len(modules), values)
         edits = [
             EditRow(module, path, Edit(iv, path, value, _heads(iv, module, config)))
-            for (module, path, _), value in zip(rows, per_module)
+            for (module, path), value in zip(modules, per_module)
         ]
         planned.append((iv, edits))
     return planned
