@@ -54,7 +54,7 @@ def report_interventions(spec: Any, model: Any, out: TextIO) -> list[tuple[Any, 
     from ..engine import edited_modules, scope_modules
 
     modules = scope_modules(model, "", ())
-    dead = []
+    dead: list[tuple[Any, str | None]] = []
     for edit in spec.interventions:
         try:
             hooked = [path[1:] or "<root>" for _, path in edited_modules(model, edit)]
