@@ -76,7 +76,7 @@ def test_check_lists_the_modules_each_intervention_edits(capsys: pytest.CaptureF
     attention = ", ".join(f"layers.{i}.self_attn" for i in range(4))
     assert lines == [
         f"intervention ablate (line 5): zero on TinyAttention (heads [1]): 4 module(s): {attention}",
-        f"intervention steer (line 6): add [1, 2] on 'mlp' (layers [0], positions [-1]): 1 module(s): layers.0.mlp",
+        "intervention steer (line 6): add [1, 2] on 'mlp' (layers [0], positions [-1]): 1 module(s): layers.0.mlp",
         "intervention patch (line 7): set {value: clean} on 'layers.1.mlp' (input 0): 1 module(s): layers.1.mlp",
     ]
 
