@@ -17,6 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._folder import bare_name
+from ..errors import FolderError, SpecError
+
 __all__ = ["HUB_OPTIONS", "hub_options", "is_hub_id", "hub_spec_file", "hub_snapshot"]
 
 logger = logging.getLogger("yamltrace.checkpoint")
@@ -84,21 +87,44 @@ def hub_spec_file(repo_id: str, filename: str, options: Mapping[str, Any]) -> Pa
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
     try:
-        return Path(
-            hub.hf_hub_download(
-                repo_id,
-                filename,
-                subfolder=subfolder,
-                revision=options.get("revision"),
-                cache_dir=options.get("cache_dir"),
-                token=options.get("token"),
-            )
-        )
+        path = Path(_download(hub, repo_id, filename, options))
     except EntryNotFoundError as e:
         if isinstance(e, LocalEntryNotFoundError):  # the Hub could not be reached: not an answer
             raise
         logger.debug("%s has no %s: loading without a spec.", where, filename)
         return None
+    _download_tensor_files(hub, repo_id, path, options)
+    return path
+
+
+def _download(hub: Any, repo_id: str, filename: str, options: Mapping[str, Any]) -> str:
+    return hub.hf_hub_download(  # type: ignore[no-any-return]
+        repo_id,
+        filename,
+        subfolder=options.get("subfolder"),
+        revision=options.get("revision"),
+        cache_dir=options.get("cache_dir"),
+        token=options.get("token"),
+    )
+
+
+def _download_tensor_files(hub: Any, repo_id: str, spec_file: Path, options: Mapping[str, Any]) -> None:
+    """Download the tensor files the spec's interventions read into the same snapshot, beside it (the
+    loader then reads them under the folder rule). A spec that does not validate downloads nothing, nor
+    does a name that is not a bare file name: loading reports their problems."""
+    from ..spec import validate_spec
+    from ..spec._interventions import tensor_file_names
+
+    try:
+        names = tensor_file_names(validate_spec(spec_file).data)
+    except SpecError:
+        return
+    for name in names:
+        try:
+            bare_name(name, what="tensor file")
+        except FolderError:
+            continue  # never asked of the Hub: the loader refuses the name, located
+        _download(hub, repo_id, name, options)
 
 
 def hub_snapshot(repo_id: str, options: Mapping[str, Any]) -> Path:

@@ -22,7 +22,7 @@ from ._limits import MAX_TENSOR_BYTES, MAX_TENSOR_FILE_BYTES, MAX_TENSOR_HEADER_
 from ._reader import SpecDocument
 from ._walk import Site
 
-__all__ = ["TENSOR_DTYPES", "InterventionReader"]
+__all__ = ["TENSOR_DTYPES", "InterventionReader", "tensor_file_names"]
 
 # The safetensors dtypes a tensor value may have: floating point, as the activations it edits.
 TENSOR_DTYPES = ("F16", "BF16", "F32", "F64")
@@ -101,7 +101,7 @@ class InterventionReader:
         folder = self.folder(path)
         if folder is None:
             return None
-        file, _, name = reference.partition(":")
+        file, name = _split(reference)
         try:
             checked, header = self.header(folder, file)
         except FolderError as e:
@@ -167,6 +167,25 @@ def _read(checked: Any, name: str, path: Path, fail: Callable[[Path, str], None]
         fail(path, f"{checked}: tensor {name!r} holds values that are not finite (NaN or infinity); an edit takes finite values")
         return None
     return tensor
+
+
+def _split(reference: str) -> tuple[str, str]:
+    """`FILE.safetensors:NAME` -> (FILE.safetensors, NAME), split at the first colon."""
+    file, _, name = reference.partition(":")
+    return file, name
+
+
+def tensor_file_names(data: Mapping[str, Any]) -> list[str]:
+    """The tensor files a checked spec document's interventions read (`{tensor: FILE:NAME}`), in
+    declaration order, once each: what a spec's folder must hold (a Hub repository's, to download)."""
+    names: list[str] = []
+    for site in intervention_sites(data):
+        for operation in OPERATIONS:
+            written = site.value.get(operation)
+            if isinstance(written, Mapping) and isinstance(written.get("tensor"), str):
+                file = _split(written["tensor"])[0]
+                names += [] if file in names else [file]
+    return names
 
 
 _FAILED = object()  # a value that could not be read (the problem is recorded)

@@ -15,6 +15,7 @@ import pytest
 import torch
 from helpers import ROOT
 
+from yamltrace import load_spec
 from yamltrace.checkpoint import SPEC_FILE, from_pretrained, save_pretrained
 from yamltrace.examples.tiny import TinyModel
 
@@ -169,3 +170,47 @@ def test_offline_hub_ids_with_hf_hub_offline(cache: Path, tmp_path: Path) -> Non
         "hidden_states": llama.config.num_hidden_layers + 1,
         "tiny_keys": ["mlp"],
     }
+
+
+STEERED = """\
+yamltrace: 1
+imports: [yamltrace.examples.tiny]
+interventions:
+  steer: {target: TinyDecoderLayer, layers: [1], add: {tensor: "steer.safetensors:v"}}
+  again: {target: TinyDecoderLayer, layers: [2], set: {tensor: "steer.safetensors:v"}}
+"""
+
+
+def test_a_downloaded_spec_brings_the_tensor_files_its_interventions_read(tmp_path: Path, monkeypatch) -> None:
+    """Online, `yamltrace.yaml` of a transformers-class repo comes with the tensor files its
+    interventions name (each once, into the same snapshot); a spec that does not validate (here, a
+    tensor file out of its folder) gets nothing more requested, and loading it reports why."""
+    import huggingface_hub
+    from safetensors.torch import save_file
+
+    from yamltrace.checkpoint._hub import hub_spec_file
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / SPEC_FILE).write_text(STEERED, encoding="utf-8")
+    save_file({"v": torch.ones(32)}, str(repo / "steer.safetensors"))
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    asked = []
+
+    def download(repo_id: str, filename: str, **options: object) -> str:
+        asked.append(filename)
+        (snapshot / filename).write_bytes((repo / filename).read_bytes())
+        return str(snapshot / filename)
+
+    monkeypatch.setattr(huggingface_hub, "is_offline_mode", lambda: False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    path = hub_spec_file("org/steered", SPEC_FILE, {})
+    assert path == snapshot / SPEC_FILE
+    assert asked == [SPEC_FILE, "steer.safetensors"]
+    assert load_spec(path).interventions[0].value.shape == (32,)
+    hostile = STEERED + '  out: {target: TinyDecoderLayer, layers: [0], add: {tensor: "../outside.safetensors:v"}}\n'
+    (repo / SPEC_FILE).write_text(hostile, encoding="utf-8")
+    asked.clear()
+    assert hub_spec_file("org/steered", SPEC_FILE, {}) == snapshot / SPEC_FILE
+    assert asked == [SPEC_FILE]
