@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import threading
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +70,6 @@ def _spec(argument: str | None, model: Any, trust_imports: bool) -> Any:
     from ..spec import load_spec
 
     if argument.startswith(BUILTIN):
-        if not resources.files("yamltrace").joinpath("specs", "__init__.py").is_file():
-            raise _Usage(
-                f"--spec {argument}: this version of yamltrace ships no builtin specs yet; pass a spec file "
-                "(--spec FILE), or leave --spec out to use the model's own."
-            )
         return load_spec(argument, for_model=model, trust_imports=trust_imports)
     return load_spec(Path(argument), for_model=model, trust_imports=trust_imports)
 
