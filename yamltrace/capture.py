@@ -96,28 +96,7 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
                     NO_CAPTURE.exit(token)
                 return outputs.to_tuple() if return_dict is False else outputs
 
-            tasks = normalized_tasks(output_map)
-            selections = resolve_selections(tasks, flags, flags.get("hidden_states"), position_counter(config))
-            session = Session(Collector(flags, selections), block=False)
-            padding = tasks_watch(tasks)  # None unless a recorder keeps positions (engine/_padding)
-            call = None if padding is None else padding.enter(self, args, kwargs, warning_state(self))
-            try:
-                hooks = hold_hooks(self, tasks, flags, session)  # kept until a forward without capture
-                token = session.enter()
-                try:
-                    outputs = forward(self, *args, **kwargs)
-                finally:
-                    session.exit(token)
-                    hooks.finish(session)
-
-                collector = session.collector
-                for key, values in collector.lists.items():
-                    if key == "hidden_states" and tie_last_enabled(config, _spec_options(self), tie_last_hidden_states):
-                        tie_last_hidden_state(values, outputs, collector.last_transform.get(key))
-                    outputs[key] = tuple(values)
-            finally:
-                if call is not None:
-                    PaddingWatch.exit(call)
+            outputs = _capturing_call(forward, self, args, kwargs, output_map, flags, tie_last_hidden_states)
             return outputs.to_tuple() if return_dict is False else outputs
 
         # Read by engine/_session (the tie-last rule) to find the decorated forward's own setting.
@@ -127,3 +106,40 @@ def capture_outputs(func: F | None = None, *, tie_last_hidden_states: bool = Tru
     if func is not None:
         return decorate(func)
     return decorate
+
+
+def _capturing_call(
+    forward: Callable[..., Any],
+    self: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    output_map: Mapping[str, Any],
+    flags: Mapping[str, Any],
+    tie_last_hidden_states: bool,
+) -> Any:
+    """One capturing call of a decorated forward: hooks held, the forward run in a session, each
+    recorded key set on the output (the last hidden state tied by the tie-last rule)."""
+    config = getattr(self, "config", None)
+    tasks = normalized_tasks(output_map)
+    selections = resolve_selections(tasks, flags, flags.get("hidden_states"), position_counter(config))
+    session = Session(Collector(flags, selections), block=False)
+    padding = tasks_watch(tasks)  # None unless a recorder keeps positions (engine/_padding)
+    call = None if padding is None else padding.enter(self, args, kwargs, warning_state(self))
+    try:
+        hooks = hold_hooks(self, tasks, flags, session)  # kept until a forward without capture
+        token = session.enter()
+        try:
+            outputs = forward(self, *args, **kwargs)
+        finally:
+            session.exit(token)
+            hooks.finish(session)
+
+        collector = session.collector
+        for key, values in collector.lists.items():
+            if key == "hidden_states" and tie_last_enabled(config, _spec_options(self), tie_last_hidden_states):
+                tie_last_hidden_state(values, outputs, collector.last_transform.get(key))
+            outputs[key] = tuple(values)
+    finally:
+        if call is not None:
+            PaddingWatch.exit(call)
+    return outputs
