@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ._common import _Usage, import_class
+from ._common import _Usage, import_class, model_config
 
 __all__ = ["ModelSource", "Models", "source_from_arguments"]
 
@@ -50,18 +50,6 @@ def source_from_arguments(model: str | None, config: str | None, checkpoint: str
     return None
 
 
-def _config(source: ModelSource) -> Any:
-    cls, config_file = source
-    config_class = getattr(cls, "config_class", None)
-    if config_class is None:
-        raise _Usage(f"{cls.__name__} has no config_class, so check cannot build it")
-    if config_file is None:
-        return config_class()
-    if callable(getattr(config_class, "load", None)):  # yamltrace's Config
-        return config_class.load(config_file)
-    return config_class.from_json_file(str(config_file))
-
-
 class Models:
     """Models built on the meta device, one per class, config file and attention implementation."""
 
@@ -74,7 +62,7 @@ class Models:
 
         from ..checkpoint import configure_attn_implementation
 
-        config = _config(source)
+        config = model_config(*source)
         key = (source.cls, source.config_file, configure_attn_implementation(config, spec))
         if key not in self.built:
             with torch.device("meta"):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from typing import Any
 
-__all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "EXIT_BROKEN_PIPE", "import_class", "positive_int"]
+__all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "EXIT_BROKEN_PIPE", "import_class", "model_config", "positive_int"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 # stdout was closed by its reader: 128 + SIGPIPE, the status a shell shows for a tool stopped by it.
@@ -44,3 +45,15 @@ def import_class(reference: str) -> type:
     if not isinstance(value, type):
         raise _Usage(f"--model {reference!r} is not a class.")
     return value
+
+
+def model_config(cls: type, config_file: str | os.PathLike[str] | None) -> Any:
+    """The config to build `cls` with: its config class's default, or read from `config_file` (yamltrace's
+    `Config.load`, else transformers' `from_json_file`)."""
+    config_class = getattr(cls, "config_class", None)
+    if config_class is None:
+        raise _Usage(f"{cls.__name__} has no config_class to build it with; pass a class that names one.")
+    if config_file is None:
+        return config_class()
+    load = getattr(config_class, "load", None)
+    return load(config_file) if callable(load) else config_class.from_json_file(str(config_file))

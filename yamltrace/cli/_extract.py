@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import YamltraceError
-from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, _Usage, import_class, positive_int
+from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, _Usage, import_class, model_config, positive_int
 from ._report import escape_text, escaped_issue
 
 __all__ = ["add_extract"]
@@ -55,12 +55,9 @@ def _load_model(args: argparse.Namespace) -> Any:
         if args.model is None or args.config is None:
             raise _Usage("give --checkpoint DIR, or --model package.module:Class with --config FILE.")
         cls = import_class(args.model)
-        config_class = getattr(cls, "config_class", None)
-        if config_class is None:
-            raise _Usage(f"--model {args.model}: the class has no config_class to read --config with.")
-        load = getattr(config_class, "load", None) or config_class.from_json_file
+        config = model_config(cls, args.config)
         torch.manual_seed(args.seed)
-        model = cls(load(args.config))
+        model = cls(config)
     return model.eval().to(_device(args.device))
 
 
