@@ -37,12 +37,12 @@ def _steer(module, args, output):  # type: ignore[no-untyped-def]
     return (output[0] + VECTOR,) + output[1:] if isinstance(output, tuple) else output + VECTOR
 
 
-def _reference(model: TinyModel, input_ids: torch.Tensor, *, hidden_states: bool = False):  # type: ignore[no-untyped-def]
-    """The same two edits written as plain forward hooks: the last hidden state (or every layer's)."""
-    handles = [
-        model.layers[1].register_forward_hook(_steer),
-        model.layers[-1].mlp.register_forward_hook(lambda m, a, out: out * 0.5),
-    ]
+def _reference(model: TinyModel, input_ids: torch.Tensor, *, hidden_states: bool = False, quiet: bool = True):  # type: ignore[no-untyped-def]
+    """The same two edits written as plain forward hooks (the steer alone without `quiet`): the last
+    hidden state (or every layer's)."""
+    handles = [model.layers[1].register_forward_hook(_steer)]
+    if quiet:
+        handles.append(model.layers[-1].mlp.register_forward_hook(lambda m, a, out: out * 0.5))
     try:
         with torch.no_grad(), trace(model, {"hidden_states": TinyDecoderLayer}) as captures:
             out = model(input_ids).last_hidden_state
@@ -113,12 +113,7 @@ def test_overrides_keep_the_checkpoint_interventions_and_replace_one_by_name(tin
         TinyModel, steered, overrides={"interventions": {"quiet": {"target": "TinyMLP", "layers": [-1], "scale": 1.0}}}
     ).eval()
     assert list(replaced.yamltrace_interventions.paths) == ["steer", "quiet"]
-    with torch.no_grad():
-        steer = tiny.layers[1].register_forward_hook(_steer)
-        try:
-            expected = tiny(input_ids).last_hidden_state
-        finally:
-            steer.remove()
+    expected = _reference(tiny, input_ids, quiet=False)
     assert torch.equal(_last(replaced, input_ids), expected)
 
 
@@ -169,12 +164,7 @@ def test_a_python_built_tensor_edit_saves_under_its_reference(tiny, input_ids, t
     folder = save_pretrained(tiny, tmp_path / "built", spec=_python_spec("steer.safetensors:v"))
     assert (folder / "steer.safetensors").is_file()
     loaded = from_pretrained(TinyModel, folder).eval()
-    with torch.no_grad():
-        steer = tiny.layers[1].register_forward_hook(_steer)
-        try:
-            expected = tiny(input_ids).last_hidden_state
-        finally:
-            steer.remove()
+    expected = _reference(tiny, input_ids, quiet=False)
     assert torch.equal(_last(loaded, input_ids), expected)
 
 
