@@ -85,16 +85,14 @@ class InterventionReader:
 
     def folder(self, path: Path) -> str | None:
         """The folder tensor files are read from: that of the spec file that writes `path`."""
-        where = self.document.locate(path)
-        file = None if where is None else where.file
-        if file is None or file.startswith(specs.PREFIX):
+        folder = _writer_folder(self.document, path)
+        if folder is None:
             self.fail(
                 path,
                 "a spec given as text or a mapping has no folder to read tensor files from: save the spec as a file "
                 "beside the safetensors file, or pass the tensor at run time with {value: NAME}",
             )
-            return None
-        return names_folder(file)
+        return folder
 
     def tensor(self, path: Path, reference: str) -> torch.Tensor | None:
         """The tensor `FILE.safetensors:NAME` of the spec's folder, or None after recording why not."""
@@ -175,16 +173,26 @@ def _split(reference: str) -> tuple[str, str]:
     return file, name
 
 
-def tensor_file_names(data: Mapping[str, Any]) -> list[str]:
-    """The tensor files a checked spec document's interventions read (`{tensor: FILE:NAME}`), in
-    declaration order, once each: what a spec's folder must hold (a Hub repository's, to download)."""
-    names: list[str] = []
-    for site in intervention_sites(data):
+def _writer_folder(document: SpecDocument, path: Path) -> str | None:
+    """The folder of the spec file that writes `path` (tensor files are named relative to it); None for
+    text, a mapping or a shipped `builtin:` spec, which have none."""
+    where = document.locate(path)
+    file = None if where is None else where.file
+    return None if file is None or file.startswith(specs.PREFIX) else names_folder(file)
+
+
+def tensor_file_names(document: SpecDocument) -> list[tuple[str, str]]:
+    """The tensor files a checked spec document's interventions read (`{tensor: FILE:NAME}`), as (folder
+    of the spec file naming it, FILE), in declaration order, once each: what a spec's folder and those
+    of its base files must hold (a Hub repository's, to download). Text and mappings name none."""
+    names: list[tuple[str, str]] = []
+    for site in intervention_sites(document.data):
         for operation in OPERATIONS:
             written = site.value.get(operation)
             if isinstance(written, Mapping) and isinstance(written.get("tensor"), str):
-                file = _split(written["tensor"])[0]
-                names += [] if file in names else [file]
+                folder = _writer_folder(document, (*site.path, operation, "tensor"))
+                if folder is not None and (folder, _split(written["tensor"])[0]) not in names:
+                    names.append((folder, _split(written["tensor"])[0]))
     return names
 
 

@@ -13,17 +13,30 @@ current directory), and a chain holds at most `MAX_EXTENDS_DEPTH` files. The byt
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from .. import specs
 from .._folder import inside_folder, names_folder
-from ..errors import SpecError, SpecIssue, format_json_path
+from ..errors import SpecError, SpecIssue, YamltraceError, format_json_path
 from ._limits import MAX_EXTENDS_DEPTH, MAX_NODES, Budget
 from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_, read_file, read_text
 
-__all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "MERGED_SECTIONS", "Location", "SpecDocument", "names_file", "read_spec_document"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MAX_DEPTH",
+    "MERGED_SECTIONS",
+    "FetchBase",
+    "Location",
+    "SpecDocument",
+    "names_file",
+    "read_spec_document",
+]
+
+# Brings a base file into the spec's folder before it is read: called with its path relative to that
+# folder (`/`-separated, inside it) and the bytes the chain has left; may raise a YamltraceError.
+FetchBase = Callable[[str, int], None]
 
 # Top-level sections that `extends` merges per key; every other key is replaced by the extending file.
 MERGED_SECTIONS = ("outputs", "options", "patches", "scopes", "interventions")
@@ -147,6 +160,7 @@ class _Chain:
     max_bytes: int
     budget: Budget
     read: list[tuple[str, str, bytes]] = field(default_factory=list)  # (path as named, real path, bytes) of each file
+    fetch: FetchBase | None = None
 
 
 def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> Part:
@@ -183,6 +197,12 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
             )
         if real in seen:
             raise fail(f"extends cycle: {' -> '.join((*part.chain, display))}; remove one of these extends")
+        if not builtin and chain.fetch is not None:
+            try:
+                _fetch(chain.fetch, chain.root, target, chain.budget.bytes)
+            except YamltraceError as e:
+                raise fail(f"extends {_short_repr(ref)}: {e}") from None
+            real = os.path.realpath(target)
         if not os.path.exists(real):
             raise fail(f"base spec {_short_repr(ref)} not found (looked for {display})")
         part = read_file(real, display, chain.max_bytes, (*part.chain, display), chain.budget)
@@ -195,13 +215,25 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
     return merged
 
 
+def _fetch(fetch: FetchBase, root: str, target: str, left: int) -> None:
+    """Ask `fetch` for the base file `target` by its path inside the chain's folder `root`; a path that
+    reaches it only through `..` (the Hub cache's `blobs/`) is never asked for."""
+    relative = os.path.relpath(os.path.normpath(target), root)
+    if relative.split(os.sep)[0] != os.pardir and not os.path.isabs(relative):
+        fetch(relative.replace(os.sep, "/"), left)
+
+
 def names_file(text: str) -> bool:
     """A string is a path when it has no newline and ends with .yaml/.yml or names an existing file."""
     return "\n" not in text and "\r" not in text and (text.endswith((".yaml", ".yml")) or os.path.isfile(text))
 
 
 def read_spec_document(
-    source: str | bytes | os.PathLike[str] | Mapping[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES, lenient: bool = False
+    source: str | bytes | os.PathLike[str] | Mapping[str, Any],
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    lenient: bool = False,
+    fetch: FetchBase | None = None,
 ) -> SpecDocument:
     """Read a spec safely into plain data with node locations, `extends` merged; SpecError for every problem.
 
@@ -210,6 +242,8 @@ def read_spec_document(
     current directory for text and mappings). Nothing is imported and the schema is not checked here.
     `lenient` reads past anchors, aliases and tabs of `source` itself (an alias as null, never expanded;
     a tab as a space): only to find the document's other problems after a strict read refused one.
+    `fetch` brings each base file (not a `builtin:` one) into the folder first, once it has passed the
+    checks above (a Hub repository's, see `checkpoint._hub`); a problem it raises is located at the `extends`.
     """
     budget = Budget(bytes=max_bytes)
     seen: frozenset[str]
@@ -232,7 +266,7 @@ def read_spec_document(
         base_dir, seen = os.getcwd(), frozenset()
     else:
         raise SpecError.single(f"cannot read a spec from {type(source).__name__}; pass a path, YAML text, bytes or a mapping")
-    part = _extend(part, base_dir, seen, _Chain(os.path.realpath(base_dir), max_bytes, budget, read))
+    part = _extend(part, base_dir, seen, _Chain(os.path.realpath(base_dir), max_bytes, budget, read, fetch))
     files = tuple(dict.fromkeys(where.file for where in part.values.values() if where.file))
     found = files or ((part.file,) if part.file else ())
     return SpecDocument(part.data, part.file, found, part.values, part.keys, tuple(read), folder)

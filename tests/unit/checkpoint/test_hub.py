@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -205,6 +206,8 @@ def test_a_downloaded_spec_brings_the_tensor_files_its_interventions_read(tmp_pa
 
     monkeypatch.setattr(huggingface_hub, "is_offline_mode", lambda: False)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_url", lambda repo_id, name, **options: name)
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", lambda url, **options: SimpleNamespace(size=(repo / url).stat().st_size))
     path = hub_spec_file("org/steered", SPEC_FILE, {})
     assert path == snapshot / SPEC_FILE
     assert asked == [SPEC_FILE, "steer.safetensors"]
@@ -212,5 +215,6 @@ def test_a_downloaded_spec_brings_the_tensor_files_its_interventions_read(tmp_pa
     hostile = STEERED + '  out: {target: TinyDecoderLayer, layers: [0], add: {tensor: "../outside.safetensors:v"}}\n'
     (repo / SPEC_FILE).write_text(hostile, encoding="utf-8")
     asked.clear()
+    (snapshot / "steer.safetensors").unlink()
     assert hub_spec_file("org/steered", SPEC_FILE, {}) == snapshot / SPEC_FILE
     assert asked == [SPEC_FILE]

@@ -1,0 +1,189 @@
+"""A Hub spec that `extends` base files: each base (a chain, in sub-folders too) and the tensor files
+its interventions read come with `yamltrace.yaml` into the same snapshot, each checked by the spec
+reader before it is asked of the Hub; a hostile `extends` is a located error, never a download."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from yamltrace import SpecError, load_spec, validate_spec
+from yamltrace.checkpoint import SPEC_FILE
+
+HEAD = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\n"
+
+
+class FakeHub:
+    """A repository as a dict of files, and the snapshot huggingface_hub would download them into."""
+
+    def __init__(self, tmp_path: Path, files: dict[str, bytes | str]) -> None:
+        self.files = {name: data.encode() if isinstance(data, str) else data for name, data in files.items()}
+        self.snapshot = tmp_path / "snapshot"
+        self.snapshot.mkdir()
+        self.asked: list[str] = []
+        self.sized: list[str] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import huggingface_hub
+
+        monkeypatch.setattr(huggingface_hub, "is_offline_mode", lambda: False)
+        monkeypatch.setattr(huggingface_hub, "hf_hub_download", self.download)
+        monkeypatch.setattr(huggingface_hub, "hf_hub_url", lambda repo_id, name, **options: name)
+        monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", self.metadata)
+
+    def _data(self, name: str) -> bytes:
+        from huggingface_hub.errors import EntryNotFoundError
+
+        if name not in self.files:
+            raise EntryNotFoundError(f"{name} is not in the repository")
+        return self.files[name]
+
+    def metadata(self, url: str, **options: object) -> object:
+        from types import SimpleNamespace
+
+        self.sized.append(url)
+        return SimpleNamespace(size=len(self._data(url)))
+
+    def download(self, repo_id: str, filename: str, **options: object) -> str:
+        self.asked.append(filename)
+        data = self._data(filename)
+        path = self.snapshot / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return str(path)
+
+
+def spec_from_hub(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> Path | None:
+    from yamltrace.checkpoint._hub import hub_spec_file
+
+    hub.install(monkeypatch)
+    return hub_spec_file("org/steered", SPEC_FILE, {})
+
+
+def tensors(**named: torch.Tensor) -> bytes:
+    from safetensors.torch import save
+
+    return save(named)
+
+
+def test_a_chain_of_bases_and_their_tensor_files_come_with_the_spec(tmp_path: Path, monkeypatch) -> None:
+    hub = FakeHub(
+        tmp_path,
+        {
+            SPEC_FILE: HEAD + "extends: ./base.yaml\noutputs:\n  h: TinyDecoderLayer\n",
+            "base.yaml": "yamltrace: 1\nextends: parts/steer.yaml\noutputs:\n  mlp: {target: TinyMLP}\n",
+            "parts/steer.yaml": (
+                "yamltrace: 1\ninterventions:\n"
+                '  steer: {target: TinyDecoderLayer, layers: [1], add: {tensor: "v.safetensors:v"}}\n'
+            ),
+            "parts/v.safetensors": tensors(v=torch.full((32,), 2.0)),
+            "unrelated.yaml": "yamltrace: 1\n",
+        },
+    )
+    path = spec_from_hub(hub, monkeypatch)
+    assert path == hub.snapshot / SPEC_FILE
+    assert hub.asked == [SPEC_FILE, "base.yaml", "parts/steer.yaml", "parts/v.safetensors"]
+    assert hub.sized == hub.asked[1:]  # each size asked before the download
+    spec = load_spec(path)
+    assert {"h", "mlp"} <= set(spec.outputs)
+    assert torch.equal(spec.interventions[0].value, torch.full((32,), 2.0))
+    hub.asked.clear()
+    assert spec_from_hub(hub, monkeypatch) == path
+    assert hub.asked == [SPEC_FILE]  # the snapshot holds the rest already
+
+
+def test_a_builtin_base_is_yamltraces_own_file_never_asked_for(tmp_path: Path, monkeypatch) -> None:
+    hub = FakeHub(tmp_path, {SPEC_FILE: "yamltrace: 1\nextends: builtin:llama\noutputs:\n  h: X\n"})
+    path = spec_from_hub(hub, monkeypatch)
+    assert {"h", "hidden_states"} <= set(validate_spec(path).data["outputs"])
+    assert hub.asked == [SPEC_FILE]
+    assert hub.sized == []
+
+
+@pytest.mark.parametrize(
+    ("extends", "message"),
+    [
+        ("../outside.yaml", "leaves the spec's folder"),
+        ("/etc/base.yaml", "must be a path relative to this file"),
+        ("parts/../../outside.yaml", "leaves the spec's folder"),
+    ],
+)
+def test_a_base_out_of_the_repository_is_a_located_error_never_asked_for(
+    tmp_path: Path, monkeypatch, extends: str, message: str
+) -> None:
+    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + f"extends: {extends}\n", "outside.yaml": "yamltrace: 1\n"})
+    with pytest.raises(SpecError, match=rf"yamltrace\.yaml:3:\d+: \$\.extends: .*{message}"):
+        spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE]
+    assert hub.sized == []
+
+
+def test_an_extends_cycle_is_a_located_error_after_the_files_of_the_chain(tmp_path: Path, monkeypatch) -> None:
+    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: a.yaml\n", "a.yaml": "yamltrace: 1\nextends: yamltrace.yaml\n"})
+    with pytest.raises(SpecError, match=r"a\.yaml:2:\d+: \$\.extends: extends cycle: .*yamltrace\.yaml -> .*a\.yaml -> "):
+        spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE, "a.yaml"]
+
+
+def test_a_chain_too_long_stops_asking_at_its_limit(tmp_path: Path, monkeypatch) -> None:
+    from yamltrace.spec._limits import MAX_EXTENDS_DEPTH
+
+    chain = {f"b{i}.yaml": f"yamltrace: 1\nextends: b{i + 1}.yaml\n" for i in range(MAX_EXTENDS_DEPTH + 5)}
+    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: b0.yaml\n", **chain})
+    with pytest.raises(SpecError, match=rf"\$\.extends: the extends chain is longer than {MAX_EXTENDS_DEPTH} files"):
+        spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE, *(f"b{i}.yaml" for i in range(MAX_EXTENDS_DEPTH - 1))]
+
+
+def test_a_base_larger_than_the_spec_budget_is_never_downloaded(tmp_path: Path, monkeypatch) -> None:
+    from yamltrace.spec._reader import DEFAULT_MAX_BYTES
+
+    big = "yamltrace: 1\n" + "#" * DEFAULT_MAX_BYTES + "\n"
+    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: big.yaml\n", "big.yaml": big})
+    with pytest.raises(SpecError, match=r"yamltrace\.yaml:3:\d+: \$\.extends: extends 'big\.yaml': .*big\.yaml is [\d,]+ bytes on the Hub"):
+        spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE]
+    assert hub.sized == ["big.yaml"]
+
+
+def test_a_base_the_repository_lacks_is_the_readers_located_not_found(tmp_path: Path, monkeypatch) -> None:
+    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: gone.yaml\n"})
+    with pytest.raises(SpecError, match=r"yamltrace\.yaml:3:\d+: \$\.extends: base spec 'gone\.yaml' not found"):
+        spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE]
+
+
+def test_a_tensor_file_over_its_cap_is_never_downloaded(tmp_path: Path, monkeypatch) -> None:
+    from yamltrace.errors import FolderError
+    from yamltrace.spec._limits import MAX_TENSOR_FILE_BYTES
+
+    spec = HEAD + 'interventions:\n  s: {target: TinyDecoderLayer, add: {tensor: "v.safetensors:v"}}\n'
+    hub = FakeHub(tmp_path, {SPEC_FILE: spec, "v.safetensors": b"\0" * (MAX_TENSOR_FILE_BYTES + 1)})
+    with pytest.raises(FolderError, match=r"org/steered@main: the tensor file v\.safetensors is [\d,]+ bytes on the Hub"):
+        spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE]
+
+
+def test_a_yamltrace_models_snapshot_brings_the_bases_too(tmp_path: Path, monkeypatch) -> None:
+    """`snapshot_download` takes the config, weights and `yamltrace.yaml` by pattern; the bases follow by name."""
+    import huggingface_hub
+
+    from yamltrace.checkpoint._hub import hub_snapshot
+
+    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: base.yaml\n", "base.yaml": "yamltrace: 1\noutputs:\n  h: A\n"})
+    hub.install(monkeypatch)
+
+    def snapshot_download(repo_id: str, **options: object) -> str:
+        hub.download(repo_id, SPEC_FILE)
+        return str(hub.snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    assert hub_snapshot("org/steered", {}) == hub.snapshot
+    assert hub.asked == [SPEC_FILE, "base.yaml"]
+    assert validate_spec(hub.snapshot / SPEC_FILE).data["outputs"] == {"h": "A"}
+    hub.asked.clear()
+    (hub.snapshot / "base.yaml").unlink()
+    assert hub_snapshot("org/steered", {"local_files_only": True}) == hub.snapshot
+    assert hub.asked == [SPEC_FILE]  # offline: only the cache is read
