@@ -9,6 +9,7 @@ before any data is read, safetensors only (never a pickle), and the caps of `_li
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,6 +20,7 @@ from .._folder import folder_file, names_folder, safetensors_header
 from ..engine import OPERATIONS, Intervention, OutputRecorder, RuntimeValue
 from ..errors import FolderError, did_you_mean
 from ._limits import MAX_TENSOR_BYTES, MAX_TENSOR_FILE_BYTES, MAX_TENSOR_HEADER_BYTES, intervention_sites
+from ._load_cache import TensorRead, tensor_digest
 from ._reader import SpecDocument
 from ._walk import Site
 
@@ -42,6 +44,7 @@ class InterventionReader:
         self.fail = fail
         self.tensor_bytes = 0  # read so far, all files together (MAX_TENSOR_BYTES)
         self.files: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}  # (folder, file) -> checked path, header
+        self.reads: list[TensorRead] = []  # every tensor read, for the load cache to check again
 
     def interventions(self) -> tuple[Intervention, ...]:
         """Every intervention of the document that resolves, in declaration order."""
@@ -118,7 +121,10 @@ class InterventionReader:
         if problem is not None:
             self.fail(path, problem)
             return None
-        return _read(checked, name, path, self.fail)
+        tensor = _read(checked, name, path, self.fail)
+        if tensor is not None:
+            self.reads.append(_tensor_read(checked, name, entry, tensor))
+        return tensor
 
     def header(self, folder: str, file: str) -> tuple[Any, dict[str, Any]]:
         """The checked path and header of a tensor file (each file is checked and parsed once); FolderError if unsafe."""
@@ -165,6 +171,12 @@ def _read(checked: Any, name: str, path: Path, fail: Callable[[Path, str], None]
         fail(path, f"{checked}: tensor {name!r} holds values that are not finite (NaN or infinity); an edit takes finite values")
         return None
     return tensor
+
+
+def _tensor_read(checked: Any, name: str, entry: Any, tensor: torch.Tensor) -> TensorRead:
+    """What the load cache checks again of one tensor read: its file, header entry and data digest."""
+    data = tensor.detach().contiguous().view(-1).view(torch.uint8).numpy()
+    return TensorRead(str(checked), os.path.realpath(checked), os.stat(checked).st_size, name, entry, tensor_digest(data))
 
 
 def _split(reference: str) -> tuple[str, str]:

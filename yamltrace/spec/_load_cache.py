@@ -7,13 +7,17 @@ while it stays the same, not once per `trace` block.
 its real path and the bytes parsed. A later load with the same arguments gets the kept `Spec` only
 while every file holds the same bytes (read again each time: a file rewritten within the file
 system's timestamp granularity is still seen), each base file of an `extends` chain still resolves
-to the same real path, the top file's `extends` folder is the same, and every class the spec names
-is still imported (the registry's own rule for its cache); otherwise the file is loaded again.
-Nothing is kept for a load that failed.
+to the same real path, the top file's `extends` folder is the same, every class the spec names
+is still imported (the registry's own rule for its cache), and every tensor an intervention read
+from a safetensors file is still what that file holds (`TensorRead`: the same real path and size,
+the same header entry, and data bytes of the same BLAKE2b digest, read again each time, as the YAML
+is); otherwise the file is loaded again. Nothing is kept for a load that failed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import stat
 import sys
@@ -24,10 +28,28 @@ from typing import Any, NamedTuple
 from .._folder import names_folder
 from ._reader import SpecDocument
 
-__all__ = ["LoadCache", "spec_loads"]
+__all__ = ["LoadCache", "TensorRead", "spec_loads", "tensor_digest"]
 
 # The most loads kept (their keys differ by name, model class or consent); the oldest goes first.
 MAX_LOADS = 64
+
+
+class TensorRead(NamedTuple):
+    """One tensor an intervention read: the file (the path it was read through, its real path, its
+    size), the tensor's name and header entry (dtype, shape, data_offsets), and the digest of its
+    data bytes (`tensor_digest` of what was loaded, so a file rewritten while it was read is seen)."""
+
+    path: str
+    real: str
+    size: int
+    name: str
+    entry: Any
+    digest: bytes
+
+
+def tensor_digest(data: Any) -> bytes:
+    """The digest a `TensorRead` keeps of a tensor's data bytes (any buffer)."""
+    return hashlib.blake2b(data, digest_size=32).digest()
 
 
 class _Kept(NamedTuple):
@@ -40,6 +62,7 @@ class _Kept(NamedTuple):
     folder: str | None
     classes: tuple[type, ...]
     refers_to: Any
+    tensors: tuple[TensorRead, ...]
 
 
 class LoadCache:
@@ -62,11 +85,20 @@ class LoadCache:
                 del self._kept[key]
         return None
 
-    def put(self, key: Hashable, document: SpecDocument, value: Any, classes: Iterable[type], refers_to: Any = None) -> None:
-        """Keep `value`, loaded from `document` (a document read from a file; others are not kept)."""
+    def put(
+        self,
+        key: Hashable,
+        document: SpecDocument,
+        value: Any,
+        classes: Iterable[type],
+        refers_to: Any = None,
+        tensors: Iterable[TensorRead] = (),
+    ) -> None:
+        """Keep `value`, loaded from `document` (a document read from a file; others are not kept) and
+        the tensor files `tensors` (what its interventions read)."""
         if not document.read:
             return
-        kept = _Kept(value, document.read, document.folder, tuple(classes), refers_to)
+        kept = _Kept(value, document.read, document.folder, tuple(classes), refers_to, tuple(tensors))
         with self._lock:
             self._kept.pop(key, None)
             while len(self._kept) >= self._size:
@@ -98,7 +130,7 @@ def _unchanged(kept: _Kept) -> bool:
     for cls in kept.classes:
         if cls.__module__ not in modules:
             return False
-    return True
+    return all(_tensor_holds(read) for read in kept.tensors)
 
 
 def _holds(path: str, content: bytes) -> bool:
@@ -114,6 +146,32 @@ def _holds(path: str, content: bytes) -> bool:
         finally:
             os.close(fd)
     except (OSError, ValueError):
+        return False
+
+
+def _tensor_holds(read: TensorRead) -> bool:
+    """Whether the file of `read` still resolves to the same regular file of the same size, whose
+    header gives the tensor the same entry and whose data bytes have the same digest."""
+    try:
+        if os.path.realpath(read.path) != read.real:
+            return False
+        fd = os.open(read.real, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size != read.size:
+                return False
+            length = int.from_bytes(os.pread(fd, 8, 0), "little")
+            if not 0 < length <= read.size - 8:
+                return False
+            header = json.loads(os.pread(fd, length, 8))
+            if not isinstance(header, dict) or header.get(read.name) != read.entry:
+                return False
+            start, end = read.entry["data_offsets"]
+            data = os.pread(fd, end - start, 8 + length + start)
+        finally:
+            os.close(fd)
+        return tensor_digest(data) == read.digest
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):  # json's errors are ValueErrors
         return False
 
 

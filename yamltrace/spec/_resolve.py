@@ -19,7 +19,7 @@ from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, default_index
 from ..engine import OutputRecorder
 from ..errors import MAX_ISSUES, SpecError, SpecIssue
 from ._interventions import InterventionReader
-from ._load_cache import spec_loads
+from ._load_cache import TensorRead, spec_loads
 from ._reader import DEFAULT_MAX_BYTES, SpecDocument, names_file
 from ._registry import ClassRegistry, ImportPolicy, default_registry, import_module
 from ._schema import checked_document
@@ -64,6 +64,7 @@ class _Resolver:
         self.issues: list[SpecIssue] = []
         self.imports: tuple[str, ...] = ()
         self.locations: dict[tuple[str, str, int], SpecIssue] = {}
+        self.tensor_reads: list[TensorRead] = []  # what the interventions read of tensor files
 
     def fail(self, path: tuple[str | int, ...], message: str, *, at_key: bool = False) -> None:
         """Record a problem located at the YAML node of `path` (its key with `at_key`)."""
@@ -94,7 +95,9 @@ class _Resolver:
         outputs = resolved.get("", {})
         scopes = {path: SpecScope(resolved[path], value.get("options", {})) for path, value in data.get("scopes", {}).items()}
         patches = [self.patch(pattern, value) for pattern, value in data.get("patches", {}).items()]
-        interventions = InterventionReader(self.document, self.selector, self.fail).interventions()
+        reader = InterventionReader(self.document, self.selector, self.fail)
+        interventions = reader.interventions()
+        self.tensor_reads = reader.reads
         if self.issues:
             raise SpecError(self.issues)
         return Spec(
@@ -231,8 +234,8 @@ def load_spec(
     resolver = _Resolver(document, registry, policy, for_model)
     resolver.issues.extend(issues)  # reserved keys, recorder fields, patch keys: reported with the rest
     spec = resolver.spec()
-    if key is not None and not spec.interventions:  # (an intervention's values may come from other files)
-        spec_loads.put(key, document, spec, _classes(spec), refers_to=registry)
+    if key is not None:
+        spec_loads.put(key, document, spec, _classes(spec), refers_to=registry, tensors=resolver.tensor_reads)
     return spec
 
 
@@ -257,6 +260,7 @@ def _load_key(source: Any, trust_imports: bool, for_model: Any, max_bytes: int, 
 
 
 def _classes(spec: Spec) -> list[type]:
-    """Every class a resolved spec names: recorder targets (root and scopes) and patch replacements."""
+    """Every class a resolved spec names: recorder targets (root, scopes, interventions) and patch replacements."""
     found = [cls for section in spec.sections() for rs in section.outputs.values() for r in rs for cls in r.target_classes]
-    return found + [entry.replacement for entry in spec.patches]
+    edited = [cls for iv in spec.interventions for cls in iv.select.target_classes]
+    return found + edited + [entry.replacement for entry in spec.patches]

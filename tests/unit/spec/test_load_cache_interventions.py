@@ -1,0 +1,123 @@
+"""Specs with interventions are kept by the load cache too, their tensor files part of the content
+check: a tensor file rewritten (same size, same modification time) is seen, and a kept `Spec` shared
+between blocks keeps its tensors as they were read."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+import yamltrace
+from yamltrace.examples.tiny import TinyModel
+from yamltrace.spec import Spec, load_spec
+from yamltrace.spec._load_cache import spec_loads
+
+STEER = """\
+yamltrace: 1
+imports: [yamltrace.examples.tiny]
+interventions:
+  steer: {target: TinyDecoderLayer, layers: [1], add: {tensor: "steer.safetensors:v"}}
+  scale: {target: TinyDecoderLayer, layers: [2], scale: 0.5}
+"""
+
+
+def keep_mtime(path: Path, write) -> None:
+    """`write()` the file anew, then give it its previous modification time back."""
+    before = path.stat()
+    write()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def steered(tmp_path: Path, vector: torch.Tensor, **more: torch.Tensor) -> Path:
+    save_file({"v": vector, **more}, str(tmp_path / "steer.safetensors"))
+    path = tmp_path / "steer.yaml"
+    path.write_text(STEER, encoding="utf-8")
+    return path
+
+
+def value(spec: Spec) -> torch.Tensor:
+    return spec.interventions[0].value
+
+
+def test_a_spec_with_tensor_interventions_is_resolved_once(tmp_path: Path) -> None:
+    path = steered(tmp_path, torch.ones(32))
+    first = load_spec(path)
+    assert load_spec(path) is first and load_spec(str(path)) is first
+    assert torch.equal(value(first), torch.ones(32))
+
+
+def test_a_tensor_file_rewritten_with_the_same_size_and_time_is_seen(tmp_path: Path) -> None:
+    path = steered(tmp_path, torch.ones(32))
+    first = load_spec(path)
+    tensors = tmp_path / "steer.safetensors"
+    size = tensors.stat().st_size
+    keep_mtime(tensors, lambda: save_file({"v": torch.full((32,), 3.0)}, str(tensors)))
+    assert tensors.stat().st_size == size
+    second = load_spec(path)
+    assert second is not first and torch.equal(value(second), torch.full((32,), 3.0))
+    assert load_spec(path) is second
+    spec_loads.clear()
+    assert torch.equal(value(load_spec(path)), value(second))
+
+
+def test_a_header_that_moves_the_tensor_is_seen(tmp_path: Path) -> None:
+    """Same bytes of the vector, now at other offsets after another tensor: a new header entry."""
+    path = steered(tmp_path, torch.ones(32), w=torch.zeros(32))
+    first = load_spec(path)
+    tensors = tmp_path / "steer.safetensors"
+    keep_mtime(tensors, lambda: save_file({"v": torch.zeros(32), "a": torch.ones(32)}, str(tensors)))
+    second = load_spec(path)
+    assert second is not first and torch.equal(value(second), torch.zeros(32))
+
+
+def test_a_tensor_file_removed_is_the_located_error_again(tmp_path: Path) -> None:
+    import pytest
+
+    from yamltrace.errors import SpecError
+
+    path = steered(tmp_path, torch.ones(32))
+    load_spec(path)
+    (tmp_path / "steer.safetensors").unlink()
+    with pytest.raises(SpecError, match=r"steer\.yaml:4:\d+: \$\.interventions\.steer\.add\.tensor: .*not found"):
+        load_spec(path)
+
+
+def test_a_changed_yaml_with_the_same_size_and_time_is_seen(tmp_path: Path) -> None:
+    path = steered(tmp_path, torch.ones(32))
+    first = load_spec(path)
+    keep_mtime(path, lambda: path.write_text(STEER.replace("scale: 0.5", "scale: 0.7"), encoding="utf-8"))
+    second = load_spec(path)
+    assert second is not first and second.interventions[1].value == 0.7
+
+
+def test_a_runtime_value_spec_is_kept_and_each_block_takes_its_own_values(tmp_path: Path, tiny: TinyModel, input_ids) -> None:
+    path = tmp_path / "patch.yaml"
+    path.write_text(STEER.replace('{tensor: "steer.safetensors:v"}', "{value: vec}"), encoding="utf-8")
+    assert load_spec(path) is load_spec(path)
+    with torch.no_grad():
+        plain = tiny(input_ids).last_hidden_state
+        outputs = []
+        for vec in (torch.zeros(32), torch.ones(32), torch.zeros(32)):
+            with yamltrace.intervene(tiny, path, values={"vec": vec}):
+                outputs.append(tiny(input_ids).last_hidden_state)
+    assert torch.equal(outputs[0], outputs[2]) and not torch.equal(outputs[0], outputs[1])
+    assert not torch.equal(plain, outputs[0])  # the scale still applies
+
+
+def test_a_kept_spec_shared_by_blocks_keeps_its_tensor_as_read(tmp_path: Path, tiny: TinyModel, input_ids) -> None:
+    """Each block converts the value for the model (here float64) on its own edit, never in the Spec."""
+    path = steered(tmp_path, torch.ones(32))
+    spec = load_spec(path)
+    model = tiny.double()
+    with torch.no_grad():
+        outputs = []
+        for _ in range(3):
+            with yamltrace.intervene(model, path):
+                outputs.append(model(input_ids).last_hidden_state)
+    assert load_spec(path) is spec
+    assert value(spec).dtype == torch.float32 and torch.equal(value(spec), torch.ones(32))
+    assert outputs[0].dtype == torch.float64
+    assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[1], outputs[2])
