@@ -4,15 +4,21 @@ The version is read from the installed distribution's metadata (`importlib.metad
 never imports transformers (nor torch). Each rule that changed between supported releases has one
 named predicate here, and the code that follows the rule calls it at the moment it applies the
 rule; docs/semantics.md ("Differences between transformers versions") lists them.
+
+An installed release past the newest verified one (a newer minor or major release than the last of
+`VERIFIED`) is followed with that one's semantics, with one `UserWarning`, given when the version is
+first read (the first use that depends on it), naming the verified releases.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from importlib import metadata
 
 __all__ = [
     "NEWEST_SUPPORTED",
+    "VERIFIED",
     "cache_named_cache",
     "parse_version",
     "transformers_version",
@@ -21,8 +27,10 @@ __all__ = [
 
 Version = tuple[int, int, int]
 
+# The transformers releases the tests verify (pyproject's `transformers` range, patch releases included).
+VERIFIED: tuple[Version, ...] = ((5, 23, 0), (5, 24, 0))
 # The newest transformers release whose semantics yamltrace follows; also what it follows without transformers.
-NEWEST_SUPPORTED: Version = (5, 24, 0)
+NEWEST_SUPPORTED: Version = VERIFIED[-1]
 # transformers 5.24.0: outputs and forwards name the cache `cache` (`past_key_values` / `cache_params` deprecated aliases).
 CACHE_NAMED_CACHE: Version = (5, 24, 0)
 # transformers 5.24.0: gradient checkpointing forces `use_cache` off only while gradients are enabled.
@@ -47,10 +55,27 @@ def transformers_version() -> Version:
     global _followed
     if _followed is None:
         try:
-            _followed = parse_version(metadata.version("transformers"))
+            installed = parse_version(metadata.version("transformers"))
         except (metadata.PackageNotFoundError, ValueError):
-            _followed = NEWEST_SUPPORTED
+            installed = NEWEST_SUPPORTED
+        if installed[:2] > NEWEST_SUPPORTED[:2]:
+            _warn_unverified(installed)
+        _followed = installed
     return _followed
+
+
+def _warn_unverified(installed: Version) -> None:
+    """The one warning for a transformers release newer than every verified one."""
+    verified = ", ".join(".".join(map(str, v)) for v in VERIFIED)
+    newest = ".".join(map(str, NEWEST_SUPPORTED))
+    warnings.warn(
+        f"transformers {'.'.join(map(str, installed))} is newer than the releases yamltrace is verified with "
+        f"({verified}): yamltrace follows {newest}'s semantics for it (docs/semantics.md, 'Differences between "
+        f"transformers versions'); check your captures against this release, or install transformers<"
+        f"{NEWEST_SUPPORTED[0]}.{NEWEST_SUPPORTED[1] + 1}.",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def cache_named_cache() -> bool:

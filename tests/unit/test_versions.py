@@ -76,3 +76,48 @@ def test_asking_imports_neither_transformers_nor_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "False"]
+
+
+def _installed(monkeypatch, text: str) -> None:
+    monkeypatch.setattr(_versions.metadata, "version", lambda name: text)
+
+
+def test_a_release_newer_than_the_verified_ones_warns_once_naming_them(monkeypatch, fresh_version) -> None:
+    _installed(monkeypatch, "5.25.0")
+    with pytest.warns(UserWarning) as caught:
+        assert _versions.cache_named_cache()  # the first use that depends on the release
+        assert _versions.use_cache_off_needs_grad() and _versions.transformers_version() == (5, 25, 0)
+    assert [str(w.message) for w in caught] == [
+        "transformers 5.25.0 is newer than the releases yamltrace is verified with (5.23.0, 5.24.0): yamltrace "
+        "follows 5.24.0's semantics for it (docs/semantics.md, 'Differences between transformers versions'); "
+        "check your captures against this release, or install transformers<5.25."
+    ]
+
+
+@pytest.mark.parametrize("text", ["5.23.0", "5.24.0", "5.24.3", "5.24.1.dev0", "5.22.0"])
+def test_a_verified_release_or_a_patch_of_one_does_not_warn(monkeypatch, fresh_version, text) -> None:
+    import warnings
+
+    _installed(monkeypatch, text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _versions.transformers_version()
+        _versions.cache_named_cache()
+
+
+def test_the_newest_verified_release_is_the_one_followed_without_transformers() -> None:
+    assert _versions.NEWEST_SUPPORTED == _versions.VERIFIED[-1]
+
+
+def test_the_verified_releases_are_pyprojects_transformers_range() -> None:
+    import re
+    import tomllib
+
+    from helpers import ROOT
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    (pin,) = [p for p in extras["transformers"] if p.startswith("transformers")]
+    low, high = re.fullmatch(r"transformers>=([\d.]+),<([\d.]+)", pin).groups()
+    newest = _versions.NEWEST_SUPPORTED
+    assert _versions.parse_version(low) == _versions.VERIFIED[0]
+    assert _versions.parse_version(high) == (newest[0], newest[1] + 1, 0)
