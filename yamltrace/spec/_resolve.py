@@ -213,7 +213,8 @@ def load_spec(
     Returns the immutable `Spec` (`outputs`: key -> tuple of `OutputRecorder`; `scopes`; `patches`;
     `interventions`, whose `{tensor: FILE.safetensors:NAME}` values are read from the spec file's folder).
     A file or `builtin:` name is read and resolved once per content: a later load with the same
-    arguments returns the same `Spec` while its files hold the same bytes (`_load_cache`).
+    arguments returns the same `Spec` while its files, and the tensors its interventions read, hold the
+    same bytes (`_load_cache`); its tensors are shared by those loads, so change them only through the file.
     Raises `SpecError` with every problem (schema, unknown classes with the closest names, imports
     refused without `trust_imports`, bad patterns, a `model:` mismatch, tensor files missing, unsafe or
     over their caps), each located.
