@@ -158,8 +158,8 @@ def _download_spec_files(hub: Any, repo_id: str, spec_file: Path, options: Mappi
     """Download the base files the spec `extends` (each only once the reader has checked its name: inside
     the spec's folder, the chain not too long, no cycle; a `builtin:` base needs none), then the tensor
     files its and its bases' interventions read, beside the file naming each. A problem with the chain
-    is the reader's located SpecError; a spec that does not validate downloads no tensor file, nor does
-    a tensor file name that is not a bare file name: loading reports their problems."""
+    is the reader's located SpecError at `$.extends`; a spec that does not parse or validate downloads
+    no tensor file, nor does a tensor file name that is not a bare file name: loading reports their problems."""
     from ..spec import validate_spec
     from ..spec._interventions import tensor_file_names
     from ..spec._limits import MAX_TENSOR_FILE_BYTES
@@ -168,7 +168,12 @@ def _download_spec_files(hub: Any, repo_id: str, spec_file: Path, options: Mappi
     def fetch_base(name: str, left: int) -> None:
         _download_beside(hub, repo_id, spec_file, name, "base spec", left, options)
 
-    document = read_spec_document(spec_file, fetch=fetch_base)
+    try:
+        document = read_spec_document(spec_file, fetch=fetch_base)
+    except SpecError as e:
+        if all(issue.json_path == "$.extends" for issue in e.issues):
+            raise  # a base refused or not fetched: said here, where it is known why
+        return  # any other problem of the files: the load reports it, with every other one
     try:
         names = tensor_file_names(validate_spec(document))
     except SpecError:

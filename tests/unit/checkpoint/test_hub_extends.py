@@ -187,3 +187,45 @@ def test_a_yamltrace_models_snapshot_brings_the_bases_too(tmp_path: Path, monkey
     (hub.snapshot / "base.yaml").unlink()
     assert hub_snapshot("org/steered", {"local_files_only": True}) == hub.snapshot
     assert hub.asked == [SPEC_FILE]  # offline: only the cache is read
+
+
+def test_a_spec_that_does_not_parse_is_left_to_the_load_which_reports_every_problem(tmp_path: Path, monkeypatch) -> None:
+    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: base.yaml\noutputs: [\n", "base.yaml": "yamltrace: 1\n"})
+    path = spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE]
+    with pytest.raises(SpecError, match=r"yamltrace\.yaml:\d+:\d+: "):
+        load_spec(path)
+
+
+def test_a_yamltrace_model_by_hub_id_loads_steered_through_its_base(tmp_path: Path, monkeypatch, tiny, input_ids) -> None:
+    """End to end: the checkpoint's spec extends a base whose intervention reads a tensor file."""
+    import fnmatch
+
+    import huggingface_hub
+
+    from yamltrace.checkpoint import from_pretrained, save_pretrained
+    from yamltrace.examples.tiny import TinyModel
+
+    save_pretrained(tiny, tmp_path / "saved")
+    files: dict[str, bytes | str] = {p.name: p.read_bytes() for p in (tmp_path / "saved").iterdir()}
+    files[SPEC_FILE] = HEAD + "extends: steer/base.yaml\n"
+    files["steer/base.yaml"] = (
+        'yamltrace: 1\ninterventions:\n  s: {target: TinyDecoderLayer, layers: [1], add: {tensor: "v.safetensors:v"}}\n'
+    )
+    files["steer/v.safetensors"] = tensors(v=torch.full((32,), 0.25))
+    hub = FakeHub(tmp_path, files)
+    hub.install(monkeypatch)
+
+    def snapshot_download(repo_id: str, allow_patterns: list[str], **options: object) -> str:
+        for name in hub.files:
+            if any(fnmatch.fnmatch(name, p) for p in allow_patterns) and not name.startswith("steer/"):
+                hub.download(repo_id, name)
+        return str(hub.snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    model = from_pretrained(TinyModel, "org/steered")
+    assert "steer/base.yaml" in hub.asked and "steer/v.safetensors" in hub.asked
+    with torch.no_grad():
+        edited, plain = model(input_ids).last_hidden_state, tiny(input_ids).last_hidden_state
+    assert not torch.equal(edited, plain)
+    assert torch.equal(model.yamltrace_spec.interventions[0].value, torch.full((32,), 0.25))

@@ -121,3 +121,20 @@ def test_a_kept_spec_shared_by_blocks_keeps_its_tensor_as_read(tmp_path: Path, t
     assert value(spec).dtype == torch.float32 and torch.equal(value(spec), torch.ones(32))
     assert outputs[0].dtype == torch.float64
     assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[1], outputs[2])
+
+
+def test_a_tensor_file_replaced_by_a_link_out_of_the_folder_is_refused_again(tmp_path: Path) -> None:
+    import pytest
+
+    from yamltrace.errors import SpecError
+
+    folder, outside = tmp_path / "specs", tmp_path / "outside"
+    folder.mkdir(), outside.mkdir()
+    path = steered(folder, torch.ones(32))
+    load_spec(path)
+    tensors = folder / "steer.safetensors"
+    (outside / "steer.safetensors").write_bytes(tensors.read_bytes())  # the very same bytes
+    tensors.unlink()
+    tensors.symlink_to(outside / "steer.safetensors")
+    with pytest.raises(SpecError, match=r"symbolic link that leaves its folder"):
+        load_spec(path)
