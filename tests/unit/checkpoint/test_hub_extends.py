@@ -18,11 +18,12 @@ HEAD = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\n"
 class FakeHub:
     """A repository as a dict of files, and the snapshot huggingface_hub would download them into."""
 
-    def __init__(self, tmp_path: Path, files: dict[str, bytes | str]) -> None:
+    def __init__(self, tmp_path: Path, files: dict[str, bytes | str], snapshot: str = "snapshot") -> None:
         self.files = {name: data.encode() if isinstance(data, str) else data for name, data in files.items()}
-        self.snapshot = tmp_path / "snapshot"
-        self.snapshot.mkdir()
+        self.snapshot = tmp_path / snapshot
+        self.snapshot.mkdir(parents=True)
         self.asked: list[str] = []
+        self.revisions: list[object] = []
         self.sized: list[str] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,6 +49,7 @@ class FakeHub:
 
     def download(self, repo_id: str, filename: str, **options: object) -> str:
         self.asked.append(filename)
+        self.revisions.append(options.get("revision"))
         data = self._data(filename)
         path = self.snapshot / filename
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -229,3 +231,11 @@ def test_a_yamltrace_model_by_hub_id_loads_steered_through_its_base(tmp_path: Pa
         edited, plain = model(input_ids).last_hidden_state, tiny(input_ids).last_hidden_state
     assert not torch.equal(edited, plain)
     assert torch.equal(model.yamltrace_spec.interventions[0].value, torch.full((32,), 0.25))
+
+
+def test_the_files_beside_the_spec_come_from_its_snapshots_commit(tmp_path: Path, monkeypatch) -> None:
+    """The branch may move between two downloads: the bases are asked at the commit the spec came from."""
+    files = {SPEC_FILE: HEAD + "extends: base.yaml\n", "base.yaml": "yamltrace: 1\n"}
+    hub = FakeHub(tmp_path, files, snapshot="hub/models--org--steered/snapshots/0a1b2c")
+    spec_from_hub(hub, monkeypatch)
+    assert list(zip(hub.asked, hub.revisions)) == [(SPEC_FILE, None), ("base.yaml", "0a1b2c")]
