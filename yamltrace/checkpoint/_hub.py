@@ -123,7 +123,9 @@ def _download(hub: Any, repo_id: str, filename: str, options: Mapping[str, Any])
     )
 
 
-def _download_beside(hub: Any, repo_id: str, spec_file: Path, name: str, what: str, max_bytes: int, options: Mapping[str, Any]) -> None:
+def _download_beside(
+    hub: Any, repo_id: str, spec_file: Path, name: str, what: str, max_bytes: int, options: Mapping[str, Any]
+) -> None:
     """Download `name` (a `/` path relative to the spec's folder, already checked to stay inside it) into
     the spec's snapshot, unless it is there: at most `max_bytes` (its size asked of the Hub first, so
     a larger file is never fetched); a file the repository lacks is left for the loader to report."""

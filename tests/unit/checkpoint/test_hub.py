@@ -207,7 +207,9 @@ def test_a_downloaded_spec_brings_the_tensor_files_its_interventions_read(tmp_pa
     monkeypatch.setattr(huggingface_hub, "is_offline_mode", lambda: False)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     monkeypatch.setattr(huggingface_hub, "hf_hub_url", lambda repo_id, name, **options: name)
-    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", lambda url, **options: SimpleNamespace(size=(repo / url).stat().st_size))
+    monkeypatch.setattr(
+        huggingface_hub, "get_hf_file_metadata", lambda url, **options: SimpleNamespace(size=(repo / url).stat().st_size)
+    )
     path = hub_spec_file("org/steered", SPEC_FILE, {})
     assert path == snapshot / SPEC_FILE
     assert asked == [SPEC_FILE, "steer.safetensors"]

@@ -144,7 +144,9 @@ def test_a_base_larger_than_the_spec_budget_is_never_downloaded(tmp_path: Path, 
 
     big = "yamltrace: 1\n" + "#" * DEFAULT_MAX_BYTES + "\n"
     hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: big.yaml\n", "big.yaml": big})
-    with pytest.raises(SpecError, match=r"yamltrace\.yaml:3:\d+: \$\.extends: extends 'big\.yaml': .*big\.yaml is [\d,]+ bytes on the Hub"):
+    with pytest.raises(
+        SpecError, match=r"yamltrace\.yaml:3:\d+: \$\.extends: extends 'big\.yaml': .*big\.yaml is [\d,]+ bytes on the Hub"
+    ):
         spec_from_hub(hub, monkeypatch)
     assert hub.asked == [SPEC_FILE]
     assert hub.sized == ["big.yaml"]
