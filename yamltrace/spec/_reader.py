@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 
 from .. import specs
 from .._folder import inside_folder, names_folder
-from ..errors import SpecError, SpecIssue, YamltraceError, format_json_path
+from ..errors import FolderError, SpecError, SpecIssue, YamltraceError, format_json_path
 from ._limits import MAX_EXTENDS_DEPTH, MAX_NODES, Budget
 from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_, read_file, read_text
 
@@ -199,10 +199,9 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
             raise fail(f"extends cycle: {' -> '.join((*part.chain, display))}; remove one of these extends")
         if not builtin and chain.fetch is not None:
             try:
-                _fetch(chain.fetch, chain.root, target, chain.budget.bytes)
+                real = _fetch(chain.fetch, chain.root, target, chain.budget.bytes)
             except YamltraceError as e:
                 raise fail(f"extends {_short_repr(ref)}: {e}") from None
-            real = os.path.realpath(target)
         if not os.path.exists(real):
             raise fail(f"base spec {_short_repr(ref)} not found (looked for {display})")
         part = read_file(real, display, chain.max_bytes, (*part.chain, display), chain.budget)
@@ -215,12 +214,17 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
     return merged
 
 
-def _fetch(fetch: FetchBase, root: str, target: str, left: int) -> None:
-    """Ask `fetch` for the base file `target` by its path inside the chain's folder `root`; a path that
-    reaches it only through `..` (the Hub cache's `blobs/`) is never asked for."""
+def _fetch(fetch: FetchBase, root: str, target: str, left: int) -> str:
+    """Ask `fetch` for the base file `target` by its path inside the chain's folder `root` (a path that
+    reaches it only through `..`, the Hub cache's `blobs/`, is never asked for); its real path after,
+    which must still lie inside the folder (a FolderError otherwise)."""
     relative = os.path.relpath(os.path.normpath(target), root)
     if relative.split(os.sep)[0] != os.pardir and not os.path.isabs(relative):
         fetch(relative.replace(os.sep, "/"), left)
+    real = os.path.realpath(target)
+    if os.path.lexists(target) and not inside_folder(real, root):
+        raise FolderError(f"the fetched base spec links out of the spec's folder {root} (to {real}); it is not read")
+    return real
 
 
 def names_file(text: str) -> bool:

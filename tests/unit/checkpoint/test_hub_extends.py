@@ -241,3 +241,22 @@ def test_the_files_beside_the_spec_come_from_its_snapshots_commit(tmp_path: Path
     hub = FakeHub(tmp_path, files, snapshot="hub/models--org--steered/snapshots/0a1b2c")
     spec_from_hub(hub, monkeypatch)
     assert list(zip(hub.asked, hub.revisions)) == [(SPEC_FILE, None), ("base.yaml", "0a1b2c")]
+
+
+def test_a_fetched_base_that_links_out_of_the_folder_is_refused_unread(tmp_path: Path, monkeypatch) -> None:
+    """Whatever a download leaves in the snapshot is checked again: a link out is never read."""
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("yamltrace: 1\noutputs:\n  leaked: Secret\n", encoding="utf-8")
+    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: base.yaml\n", "base.yaml": "yamltrace: 1\n"})
+    download = hub.download
+
+    def linking(repo_id: str, filename: str, **options: object) -> str:
+        if filename != "base.yaml":
+            return download(repo_id, filename, **options)
+        (hub.snapshot / filename).symlink_to(secret)
+        return str(hub.snapshot / filename)
+
+    hub.download = linking  # type: ignore[method-assign]
+    with pytest.raises(SpecError, match=r"yamltrace\.yaml:3:\d+: \$\.extends: .*links out of the spec's folder") as e:
+        spec_from_hub(hub, monkeypatch)
+    assert "leaked" not in str(e.value)
