@@ -260,3 +260,14 @@ def test_a_fetched_base_that_links_out_of_the_folder_is_refused_unread(tmp_path:
     with pytest.raises(SpecError, match=r"yamltrace\.yaml:3:\d+: \$\.extends: .*links out of the spec's folder") as e:
         spec_from_hub(hub, monkeypatch)
     assert "leaked" not in str(e.value)
+
+
+def test_a_tensor_file_the_repository_lacks_is_the_loads_located_error(tmp_path: Path, monkeypatch) -> None:
+    spec = HEAD + 'interventions:\n  s: {target: TinyDecoderLayer, add: {tensor: "gone.safetensors:v"}}\n'
+    hub = FakeHub(tmp_path, {SPEC_FILE: spec})
+    path = spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE] and hub.sized == ["gone.safetensors"]
+    with pytest.raises(
+        SpecError, match=r"yamltrace\.yaml:4:\d+: \$\.interventions\.s\.add\.tensor: .*gone\.safetensors.*not found"
+    ):
+        load_spec(path)
