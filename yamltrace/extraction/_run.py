@@ -129,10 +129,15 @@ def _rows_of(batch: Any) -> int:
 
 def _to(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, Mapping):
-        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        return {k: _moved(v, device) for k, v in batch.items()}
     if isinstance(batch, (tuple, list)):
-        return type(batch)(v.to(device) if isinstance(v, torch.Tensor) else v for v in batch)
-    return batch.to(device) if isinstance(batch, torch.Tensor) else batch
+        return type(batch)(_moved(v, device) for v in batch)
+    return _moved(batch, device)
+
+
+def _moved(value: Any, device: torch.device) -> Any:
+    """A batch entry on `device` (a tensor already there is kept: no `to` dispatch)."""
+    return value.to(device) if isinstance(value, torch.Tensor) and value.device != device else value
 
 
 def _capture(
