@@ -25,7 +25,7 @@ from .errors import SpecError, did_you_mean
 from .spec import Spec
 from ._spec_arg import SpecLike, as_spec
 
-__all__ = ["InterventionHandle", "apply_interventions", "intervene", "no_module", "planned_edits"]
+__all__ = ["InterventionHandle", "apply_interventions", "intervene", "no_module", "planned_edits", "value_names"]
 
 Values = Mapping[str, Any]  # `{value: NAME}` -> a tensor, or a list/tuple of one tensor per module
 
@@ -54,7 +54,7 @@ def planned_edits(model: nn.Module, spec: Spec, values: Values | None = None, *,
     with `strict=False`), a `{value: NAME}` that `values` lacks or miscounts, or a name in `values`
     that no intervention takes."""
     values = values or {}
-    wanted = {iv.value.name for iv in spec.interventions if isinstance(iv.value, RuntimeValue)}
+    wanted = value_names(spec)
     unknown = [name for name in values if name not in wanted]
     if unknown:
         raise SpecError.single(
@@ -73,6 +73,11 @@ def planned_edits(model: nn.Module, spec: Spec, values: Values | None = None, *,
     if issues:
         warnings.warn(str(SpecError(issues)), stacklevel=3)
     return rows
+
+
+def value_names(spec: Spec) -> tuple[str, ...]:
+    """The names of the spec's `{value: NAME}` interventions (what `values` must hold), in declaration order, once each."""
+    return tuple(dict.fromkeys(iv.value.name for iv in spec.interventions if isinstance(iv.value, RuntimeValue)))
 
 
 def no_module(model: nn.Module, iv: Intervention) -> str:

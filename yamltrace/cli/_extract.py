@@ -108,12 +108,15 @@ def _extract(args: argparse.Namespace) -> Any:
     """Everything the command does between its arguments and its summary; the finished `Activations`."""
     from ..extraction import extract
     from ..extraction._data import TokenizedBatches, load_tokenizer, tokenizer_sha256
+    from ..intervening import value_names
+    from ._values import read_values
 
     texts, source = _texts(args)
     tokenizer = load_tokenizer(args.tokenizer)
     batches = TokenizedBatches(texts, tokenizer, batch_size=args.batch_size, max_length=args.max_length)
     model = _load_model(args)
     spec = _spec(args.spec, model, args.trust_imports)
+    values = read_values(args.values, () if spec is None else value_names(spec))
     source.update(
         text_field=args.text_field, tokenizer=str(args.tokenizer), tokenizer_sha256=tokenizer_sha256(tokenizer),
         max_length=args.max_length, batch_size=args.batch_size,
@@ -125,6 +128,7 @@ def _extract(args: argparse.Namespace) -> Any:
         return extract(
             model, spec, batches, args.out, outputs=args.outputs, shard_bytes=args.shard_mb * 2**20, progress=not args.quiet,
             resume=not args.no_resume, data=source, fingerprint_weights=args.fingerprint_weights, columns=args.columns,
+            values=values,
         )  # fmt: skip
     finally:
         if joined:
@@ -211,6 +215,12 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
         "--spec", metavar="FILE|builtin:NAME", help="what to capture (default: the checkpoint's or the model's own)"
     )
     parser.add_argument("--outputs", nargs="+", metavar="KEY", help="capture only these keys of the spec")
+    parser.add_argument(
+        "--values",
+        metavar="FILE.safetensors",
+        help="the tensors of the spec's {value: NAME} interventions: a tensor NAME for every module edited, or "
+        "NAME.0, NAME.1, ... one per module in module order (part of the run: resume refuses other values)",
+    )
     parser.add_argument("--trust-imports", action="store_true", help="allow the spec (and checkpoint spec) to import modules")
 
 

@@ -96,6 +96,8 @@ def _stored(value: Any, where: str) -> torch.Tensor | list[str]:
 def add_columns(tensors: dict[str, torch.Tensor], carried: dict[str, torch.Tensor], texts: dict[str, list[str]]) -> None:
     """Add the carried column tensors to a batch's captures; a column named like a captured key or a kept
     input is an error (the index would hold one name twice)."""
+    if not carried and not texts:
+        return
     taken = {split_tensor_name(name)[0] for name in tensors}
     for name in (*carried, *texts):
         if name in taken:

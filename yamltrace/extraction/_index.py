@@ -245,8 +245,7 @@ def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
     fd, temporary = create_temporary(path.parent, path.name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=1, sort_keys=False)
-            f.write("\n")
+            f.write(json.dumps(document, indent=1, sort_keys=False) + "\n")  # one write, not one per JSON token
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)

@@ -129,17 +129,21 @@ def _rows_of(batch: Any) -> int:
 
 def _to(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, Mapping):
-        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        return {k: _moved(v, device) for k, v in batch.items()}
     if isinstance(batch, (tuple, list)):
-        return type(batch)(v.to(device) if isinstance(v, torch.Tensor) else v for v in batch)
-    return batch.to(device) if isinstance(batch, torch.Tensor) else batch
+        return type(batch)(_moved(v, device) for v in batch)
+    return _moved(batch, device)
+
+
+def _moved(value: Any, device: torch.device) -> Any:
+    """A batch entry on `device` (a tensor already there is kept: no `to` dispatch)."""
+    return value.to(device) if isinstance(value, torch.Tensor) and value.device != device else value
 
 
 def _capture(
-    model: nn.Module, spec: Any, outputs: Any, batch: Any, inputs: Sequence[str], index: int, values: Any = None
+    model: nn.Module, spec: Any, outputs: Any, batch: Any, inputs: Sequence[str], index: int, rows: int, values: Any = None
 ) -> dict[str, torch.Tensor]:
     """One batch's captures as `{tensor name: CPU tensor [rows, ...]}`, plus the kept model inputs."""
-    rows = _rows_of(batch)
     with trace(model, spec, outputs=outputs, values=values) as captured:
         if isinstance(batch, Mapping):
             model(**batch)
@@ -159,18 +163,46 @@ def _capture(
                     f"batch {index}: {name} is {what}, not a tensor with one row per batch row ({rows}); extract "
                     "stores tensors whose dimension 0 is the batch."
                 )
-            tensors[name] = value.detach().to("cpu")
+            tensors[name] = _on_cpu(value)
     if isinstance(batch, Mapping):
         for name in inputs:
             if isinstance(batch.get(name), torch.Tensor):
                 if name in captured:
                     raise ExtractError(f"the spec's key {name!r} has the name of a model input kept beside it; rename the key.")
-                tensors[name] = batch[name].detach().to("cpu")
+                tensors[name] = _on_cpu(batch[name])
     return tensors
+
+
+def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` as a shard stores it: on the CPU, out of autograd (itself when it already is: no dispatch)."""
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    return tensor if tensor.is_cpu else tensor.to("cpu")
 
 
 def _layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
     return {name: (tuple(t.shape[1:]), dtype_code(t.dtype)) for name, t in tensors.items()}
+
+
+class _Rows:
+    """Checks that every batch gives rows of one layout: the resumed run's, else the first batch's.
+
+    A batch whose row shapes and dtypes are those of the last batch checked passes on one comparison of
+    torch sizes and dtypes; any other is checked in full (`_check_layout`: safetensors codes, the message).
+    """
+
+    def __init__(self, expected: Layout | None) -> None:
+        self.expected = expected
+        self._passed: dict[str, tuple[torch.Size, torch.dtype]] | None = None
+
+    def check(self, tensors: Mapping[str, torch.Tensor], index: int) -> None:
+        seen = {name: (t.shape[1:], t.dtype) for name, t in tensors.items()}
+        if seen == self._passed:
+            return
+        layout = _layout(tensors)
+        self.expected = self.expected or layout
+        _check_layout(layout, self.expected, index)
+        self._passed = seen
 
 
 def _check_layout(layout: Layout, expected: Layout, index: int) -> None:
@@ -334,15 +366,14 @@ def _run_batches(
     `columns` are taken out of each batch and stored beside its captures. Returns the number of batches
     in the input."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    layout = _Rows(expected)
     with torch.inference_mode(), shared_warning():  # one padding warning per run, not per batch's trace
         for index, batch in schedule:
             batch, carried, texts = split_columns(batch, columns, index, _rows_of)
-            tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index, values)
-            add_columns(tensors, carried, texts)
-            layout = _layout(tensors)
-            expected = expected or layout
-            _check_layout(layout, expected, index)
             rows = _rows_of(batch)
+            tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index, rows, values)
+            add_columns(tensors, carried, texts)
+            layout.check(tensors, index)
             writer.put(index, rows, tensors, texts)
             if reporter is not None:
                 reporter.update(1, rows)

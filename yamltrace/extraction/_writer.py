@@ -38,6 +38,11 @@ from ._index import (
 __all__ = ["ShardWriter", "write_safetensors", "ABORT_WAIT"]
 
 ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two tensors of a shard)
+_FILE_BUFFER = 2**20  # bytes gathered before a write to the shard file (a batch's tensors are small writes)
+# Dtypes whose `Tensor.numpy()` array is the tensor's bytes in one call; others (bfloat16, float8) are viewed as bytes.
+_NUMPY_DTYPES = frozenset(
+    {torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
+)
 _POLL = 0.1  # seconds between two looks at the queue or the thread
 _DONE = object()
 _Item = tuple[int, int, dict[str, torch.Tensor], dict[str, list[str]]]  # (batch index, rows, {name: tensor}, {column: texts})
@@ -77,7 +82,7 @@ class ShardWriter:
         while `max_pending` shards are queued."""
         self._raise_if_failed()
         self._filling.append((batch, rows, tensors, texts or {}))
-        self._size += sum(t.numel() * t.element_size() for t in tensors.values())
+        self._size += sum(t.nbytes for t in tensors.values())
         self._size += sum(len(text.encode("utf-8")) for values in (texts or {}).values() for text in values)
         if self._size >= self.shard_bytes:
             self._hand_over()
@@ -150,7 +155,7 @@ class ShardWriter:
         final = self.directory / shard_name(self.rank, self.seq)
         fd, temporary = create_temporary(self.directory, final.name)
         try:
-            with os.fdopen(fd, "wb") as f:
+            with os.fdopen(fd, "wb", buffering=_FILE_BUFFER) as f:
                 write_safetensors(f, [item[2] for item in buffered], metadata, stop=self._stop)
             os.replace(temporary, final)
         except BaseException:
@@ -179,7 +184,7 @@ def write_safetensors(
     for name in names:
         first = pieces[0][name]
         rows = sum(piece[name].shape[0] for piece in pieces)
-        size = sum(piece[name].numel() * piece[name].element_size() for piece in pieces)
+        size = sum(piece[name].nbytes for piece in pieces)
         header[name] = {
             "dtype": dtype_code(first.dtype),
             "shape": [rows, *first.shape[1:]],
@@ -194,8 +199,13 @@ def write_safetensors(
         for piece in pieces:
             if stop is not None and stop.is_set():
                 raise _Abandoned
-            tensor = piece[name].contiguous()
-            # numpy's stubs declare the buffer protocol (__buffer__) for Python >= 3.12 only.
-            f.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))  # type: ignore[arg-type]
+            f.write(_raw(piece[name]))
     f.flush()
     os.fsync(f.fileno())
+
+
+def _raw(tensor: torch.Tensor) -> Any:
+    """The bytes of `tensor` in row-major order as a buffer (no copy when it is contiguous)."""
+    if tensor.dtype in _NUMPY_DTYPES and tensor.is_contiguous():
+        return tensor.numpy()
+    return memoryview(tensor.contiguous().reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]

@@ -1,0 +1,92 @@
+"""Instructions per batch of `extract`, beside a plain forward and one `trace` block per forward.
+
+The tiny model and batches of `bench_extract.py` (4 x 16 tokens, every layer's hidden state). Rows:
+a plain `model(**batch)`; `with trace(model, spec): model(**batch)`; `_run._capture` (that block, the
+captures checked and moved to the CPU); and `extract` itself, per batch: (instructions of a run over
+n + k batches - those of a run over k) / n, so the run's fixed cost (lock, fingerprint, index) cancels;
+the writer thread is counted (callgrind counts every thread). The fixed cost of a k-batch run is
+printed too. Run: `python tests/benchmarks/icount_extract.py [--n 30 --k 10]` (under callgrind, a few
+minutes on one core; see icount.py). Asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import icount
+
+
+def measure(counter: icount.Counter) -> list[tuple[str, float]]:
+    """(row, instructions) for each variant; the model is the default TinyModel of bench_extract."""
+    import torch
+    from bench_extract import _batches, _model_and_spec
+
+    from yamltrace import trace
+    from yamltrace.extraction import extract
+    from yamltrace.extraction._run import _capture
+
+    torch.set_num_threads(1)
+    model, spec = _model_and_spec({})
+    batches = list(_batches(counter.n + counter.k + 4, 4, 16))
+    turn = itertools.cycle(batches)
+
+    def plain() -> None:
+        model(**next(turn))
+
+    def traced() -> None:
+        with trace(model, spec):
+            model(**next(turn))
+
+    def captured() -> None:
+        _capture(model, spec, None, next(turn), ("input_ids", "attention_mask"), 0, 4)
+
+    out = Path(tempfile.mkdtemp(prefix="icount-extract-")) / "out"
+
+    def run(count: int) -> Callable[[], None]:
+        def call() -> None:
+            shutil.rmtree(out, ignore_errors=True)
+            extract(model, spec, batches[:count], out, progress=False, shard_bytes=8 * 2**20)
+
+        return call
+
+    rows = []
+    with torch.inference_mode():
+        for name, call in (("plain forward", plain), ("trace block + forward", traced), ("_capture", captured)):
+            rows.append((name, counter.per_call(call)))
+    run(counter.k)()
+    long, _ = counter.count(run(counter.n + counter.k), 1)
+    short, _ = counter.count(run(counter.k), 1)
+    per_batch = (long - short) / counter.n
+    rows += [
+        ("extract, per batch", per_batch),
+        (f"extract, fixed cost of a {counter.k}-batch run", short - counter.k * per_batch),
+    ]
+    shutil.rmtree(out.parent, ignore_errors=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[4], help=argparse.SUPPRESS)  # run_workers passes it
+    parser.add_argument("--n", type=int, default=30, help="batches measured (the difference of two runs)")
+    parser.add_argument("--k", type=int, default=10, help="batches of the shorter run")
+    args = parser.parse_args(argv)
+    counter = icount.worker_counter(args.n, args.k)
+    if counter is None:
+        return icount.run_workers(__file__, args.layers[:1], args.n, args.k)
+    rows = measure(counter)
+    plain = rows[0][1]
+    print("| tiny TinyModel, batch 4 x 16 | instructions | vs plain |\n|---|---|---|")
+    for name, count in rows:
+        print(f"| {name} | {count / 1e6:.3f} M | {count / plain:.3f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
