@@ -66,14 +66,22 @@ class Edit:
         self._apply: Callable[[torch.Tensor, Any], torch.Tensor] = builtin or getattr(self, f"_{intervention.operation}")
         self._cache: dict[tuple[Any, ...], Any] = {}  # index tensors
         self._tensor = isinstance(value, torch.Tensor)
-        # How a value could change the edited shape (add, scale): a vector its last dimension, a
-        # tensor of more dimensions any; a number or one element, set and the others cannot.
-        grows = self._tensor and intervention.operation in ("add", "scale") and value.numel() > 1
-        self._grows = None if not grows else "last" if value.dim() == 1 else "shape"
+        # Whether the value could change the edited shape (add, scale by a tensor of 1 or more
+        # dimensions, broadcasting); a number, a 0-dim tensor, set and the others cannot.
+        self._grows = self._tensor and intervention.operation in ("add", "scale") and value.dim() > 0
 
     def error(self, message: str) -> SpecError:
         where = self.path.lstrip(".") or "<root>"
         return SpecError([edit_issue(self.iv, f"intervention {self.iv.name!r}, module {where}: {message}")])
+
+    def direct(self) -> tuple[Callable[[torch.Tensor, Any], torch.Tensor] | None, tuple[int] | None]:
+        """For add or scale on the whole tensor by a number or a vector: the torch function `_edited`
+        calls, and the vector's shape (None for a number); `(None, None)` for any other edit. `_gated`
+        calls the function itself on a tensor of the vector's dtype and last dimension, which it
+        keeps the shape of; anything else takes `tensor`."""
+        if not self.whole or self.iv.operation not in ("add", "scale") or self._tensor and self.value.dim() != 1:
+            return None, None
+        return self._apply, (int(self.value.shape[0]),) if self._tensor else None
 
     def output(self, output: Any) -> Any:
         """The module's output with the selected element (`index` of a tuple, else all) edited."""
@@ -141,8 +149,7 @@ class Edit:
                 raise self._misfit(value, x) from None
             value = self._matched(x)
             edited = self._apply(x, value)
-        grows = self._grows
-        if grows is not None and (edited.size(-1) != x.size(-1) if grows == "last" else edited.shape != x.shape):
+        if self._grows and edited.shape != x.shape:
             raise self._misfit(value, x)
         return edited
 
@@ -332,29 +339,55 @@ def _heads(iv: Intervention, module: nn.Module, config: Any) -> int | None:
 def install_edits(rows: Sequence[EditRow], session: Any) -> Interception:
     """Put each row's edit on its module, in order: applied to calls `session` records (a block
     session, `session_records`), or to every call with `session` None; remove with `.remove()`."""
-    edits = []
-    for module, _, edit in rows:
-        kind = OUTPUTS if edit.source is None else INPUTS
-        applied = edit.output if kind == OUTPUTS else edit.inputs
-        edits.append((module, kind, applied if session is None else _gated(edit, kind, session)))
+    edits = [(module, OUTPUTS if edit.source is None else INPUTS, _gated(edit, session)) for module, _, edit in rows]
     return intercept([], (), edits)
 
 
-def _gated(edit: Edit, kind: str, session: Any) -> Callable[..., Any]:
-    """The edit, for calls `session` records; other calls pass through unchanged. The output edit
-    tests `session_records`' rule for a block session inline, and takes a tensor output straight to
-    `Edit.tensor` (a Python call less each: tests/unit/test_intervening.py runs it against the rule)."""
-    if kind == OUTPUTS:
-        whole, tensor, blocks, is_tensor = edit.output, edit.tensor, open_blocks, torch.Tensor
+def _gated(edit: Edit, session: Any) -> Callable[..., Any]:
+    """The edit, for calls `session` records (every call with `session` None); other calls pass
+    through unchanged. An output edit tests `session_records`' rule for a block session inline, and
+    takes a tensor output to the torch op itself when `Edit.direct` says it applies as it is, else
+    to `Edit.tensor` (tests/unit/test_edit_paths.py runs these copies against the rule and the
+    general path)."""
+    if edit.source is not None:
+        if session is None:
+            return edit.inputs
+
+        def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            return edit.inputs(args, kwargs) if session_records(session) else (args, kwargs)
+
+        return inputs
+    whole, tensor, blocks, is_tensor = edit.output, edit.tensor, open_blocks, torch.Tensor
+    op, trailing = edit.direct()
+    if op is None:
 
         def output(output: Any) -> Any:
-            if not (session.open if is_dynamo_compiling() else session in blocks.get()):
+            if session is not None and not (session.open if is_dynamo_compiling() else session in blocks.get()):
                 return output
             return tensor(output) if type(output) is is_tensor else whole(output)
 
-        return output
+    elif trailing is None:  # a number: nothing to check
+        number = edit.value
 
-    def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return edit.inputs(args, kwargs) if session_records(session) else (args, kwargs)
+        def output(output: Any) -> Any:
+            if session is not None and not (session.open if is_dynamo_compiling() else session in blocks.get()):
+                return output
+            return op(output, number) if type(output) is is_tensor else whole(output)
 
-    return inputs
+    else:
+        (size,) = trailing
+
+        def output(output: Any) -> Any:
+            if session is not None and not (session.open if is_dynamo_compiling() else session in blocks.get()):
+                return output
+            if type(output) is not is_tensor:
+                return whole(output)
+            value = edit.value  # (read per call: `Edit.tensor` may keep it converted)
+            try:
+                if value.dtype is output.dtype and output.shape[-1] == size:
+                    return op(output, value)
+            except (RuntimeError, IndexError):
+                pass  # (on another device, or no last dimension: the general path moves it, or tells)
+            return tensor(output)
+
+    return output
