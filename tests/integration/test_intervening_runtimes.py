@@ -175,3 +175,19 @@ def test_fullgraph_compile_of_whole_tensor_edits_equals_eager(tiny: TinyModel, i
                 assert torch.equal(a, b)
         assert not torch.equal(compiled(input_ids).last_hidden_state, expected)  # after the blocks: not edited
     assert hook_count(tiny) == 0
+
+
+def test_the_last_hidden_state_ties_to_what_a_foreign_hook_on_the_model_returned(tiny: TinyModel, input_ids) -> None:
+    # The tie point's frame exits with the output after the user's forward hook on it, as the caller gets it.
+    def halve(module, args, output):
+        output.last_hidden_state = output.last_hidden_state * 0.5
+        return output
+
+    handle = tiny.register_forward_hook(halve)
+    try:
+        with torch.no_grad(), yamltrace.trace(tiny, outputs=["hidden_states"]) as captures:
+            received = tiny(input_ids).last_hidden_state
+    finally:
+        handle.remove()
+    assert torch.equal(captures["hidden_states"][-1], received)
+    assert list(tiny._forward_hooks) == [] and hook_count(tiny) == 0
