@@ -1,5 +1,5 @@
 """What an intervention does to one module's values (`Edit`), which modules it edits (`plan_edits`),
-and edits put on the modules' interceptors (`install_edits`).
+and edits put on the modules' interceptors (`install_edits`, from `_edit_gates`).
 
 An edit builds new tensors (out-of-place ops only), so autograd sees it: a value that requires grad
 gets gradients, and the module's own tensor is never written. A region (`positions` along `seq_dim`,
@@ -18,12 +18,11 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
-from torch.compiler import is_compiling, is_dynamo_compiling
+from torch.compiler import is_compiling
 
 from ..errors import PositionError, SpecError, SpecIssue
-from ._collector import open_blocks, session_records
 from ._edit import Intervention, RuntimeValue
-from ._intercept import INPUTS, OUTPUTS, Interception, intercept
+from ._edit_gates import install_edits
 from ._plan import plan_hooks
 from ._positions import InputSource, positions_index
 from ._selection import position_counter, resolve_positions
@@ -74,14 +73,12 @@ class Edit:
         where = self.path.lstrip(".") or "<root>"
         return SpecError([edit_issue(self.iv, f"intervention {self.iv.name!r}, module {where}: {message}")])
 
-    def direct(self) -> tuple[Callable[[torch.Tensor, Any], torch.Tensor] | None, tuple[int] | None]:
-        """For add or scale on the whole tensor by a number or a vector: the torch function `_edited`
-        calls, and the vector's shape (None for a number); `(None, None)` for any other edit. `_gated`
-        calls the function itself on a tensor of the vector's dtype and last dimension, which it
-        keeps the shape of; anything else takes `tensor`."""
+    def direct(self) -> tuple[Callable[[torch.Tensor, Any], torch.Tensor] | None, int | None]:
+        """For add or scale of the whole tensor by a number or a vector: the torch function `_edited`
+        calls, and the vector's length (None for a number); `(None, None)` for any other edit."""
         if not self.whole or self.iv.operation not in ("add", "scale") or self._tensor and self.value.dim() != 1:
             return None, None
-        return self._apply, (int(self.value.shape[0]),) if self._tensor else None
+        return self._apply, int(self.value.shape[0]) if self._tensor else None
 
     def output(self, output: Any) -> Any:
         """The module's output with the selected element (`index` of a tuple, else all) edited."""
@@ -334,60 +331,3 @@ def _heads(iv: Intervention, module: nn.Module, config: Any) -> int | None:
             )
         ]
     )
-
-
-def install_edits(rows: Sequence[EditRow], session: Any) -> Interception:
-    """Put each row's edit on its module, in order: applied to calls `session` records (a block
-    session, `session_records`), or to every call with `session` None; remove with `.remove()`."""
-    edits = [(module, OUTPUTS if edit.source is None else INPUTS, _gated(edit, session)) for module, _, edit in rows]
-    return intercept([], (), edits)
-
-
-def _gated(edit: Edit, session: Any) -> Callable[..., Any]:
-    """The edit, for calls `session` records (every call with `session` None); other calls pass
-    through unchanged. An output edit tests `session_records`' rule for a block session inline, and
-    takes a tensor output to the torch op itself when `Edit.direct` says it applies as it is, else
-    to `Edit.tensor` (tests/unit/test_edit_paths.py runs these copies against the rule and the
-    general path)."""
-    if edit.source is not None:
-        if session is None:
-            return edit.inputs
-
-        def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            return edit.inputs(args, kwargs) if session_records(session) else (args, kwargs)
-
-        return inputs
-    whole, tensor, blocks, is_tensor = edit.output, edit.tensor, open_blocks, torch.Tensor
-    op, trailing = edit.direct()
-    if op is None:
-
-        def output(output: Any) -> Any:
-            if session is not None and not (session.open if is_dynamo_compiling() else session in blocks.get()):
-                return output
-            return tensor(output) if type(output) is is_tensor else whole(output)
-
-    elif trailing is None:  # a number: nothing to check
-        number = edit.value
-
-        def output(output: Any) -> Any:
-            if session is not None and not (session.open if is_dynamo_compiling() else session in blocks.get()):
-                return output
-            return op(output, number) if type(output) is is_tensor else whole(output)
-
-    else:
-        (size,) = trailing
-
-        def output(output: Any) -> Any:
-            if session is not None and not (session.open if is_dynamo_compiling() else session in blocks.get()):
-                return output
-            if type(output) is not is_tensor:
-                return whole(output)
-            value = edit.value  # (read per call: `Edit.tensor` may keep it converted)
-            try:
-                if value.dtype is output.dtype and output.shape[-1] == size:
-                    return op(output, value)
-            except (RuntimeError, IndexError):
-                pass  # (on another device, or no last dimension: the general path moves it, or tells)
-            return tensor(output)
-
-    return output
