@@ -1,11 +1,11 @@
 """Instructions per forward (`make bench-icount`): capture's cost counted by callgrind, not timed.
 
 On a shared machine wall time moves by more than the differences being chased; the number of
-instructions a forward executes barely moves. Run: `python tests/benchmarks/icount.py [--layers 8 32]`.
-It builds `callgrind_client.c` (gcc, valgrind headers) and re-runs itself under
-`valgrind --tool=callgrind --instr-atstart=no`, once per layer count; every variant of one layer
-count is measured in that one process (heap history alone moves counts by tens of thousands of
-instructions between processes).
+instructions a forward executes barely moves. Run: `python tests/benchmarks/icount.py [--layers 8 32]`
+(`--section interventions`: that section alone). It builds `callgrind_client.c` (gcc, valgrind
+headers) and re-runs itself under `valgrind --tool=callgrind --instr-atstart=no`, once per layer
+count; every variant of one layer count is measured in that one process (heap history alone moves
+counts by tens of thousands of instructions between processes).
 
 A measurement switches instrumentation on only around the measured calls (client requests
 `CALLGRIND_START/STOP_INSTRUMENTATION` from the helper, loaded with ctypes), with the garbage
@@ -323,30 +323,48 @@ def measure_interventions(counter: Counter, model, plan, forward) -> list[tuple[
     def add(module, args, output):
         return output + vector
 
-    rounds: dict[str, list[float]] = {}
+    rounds: dict[str, list[tuple[float, float]]] = {}  # per round: (instructions, of which libc's allocator)
     for _ in range(TRACE_ROUNDS):
         with torch.inference_mode():
-            rounds.setdefault("raw", []).append(counter.per_call(forward))
+            rounds.setdefault("raw", []).append(counter.per_call_split(forward))
             handles = [layer.register_forward_hook(add) for layer in layers]
-            rounds.setdefault(f"{len(layers)} {EDIT_HOOKS}", []).append(counter.per_call(forward))
+            rounds.setdefault(f"{len(layers)} {EDIT_HOOKS}", []).append(counter.per_call_split(forward))
             for handle in handles:
                 handle.remove()
             with yamltrace.intervene(model, spec):
-                rounds.setdefault(EDIT_OURS, []).append(counter.per_call(forward))
+                rounds.setdefault(EDIT_OURS, []).append(counter.per_call_split(forward))
     raw = rounds.pop("raw")
-    raw_loop = statistics.median(raw)
-    rows = [("interventions", "raw forward, loop", raw_loop, "", 0.0)]
-    for name, values in rounds.items():
-        added = statistics.median(value - base for value, base in zip(values, raw))
-        rows.append(("interventions", name, raw_loop + added, "raw forward, loop", added))
+    rows = []
+    for section, part in (("interventions", lambda v: v[0]), ("interventions, libc allocator left out", lambda v: v[0] - v[1])):
+        raw_loop = statistics.median(map(part, raw))
+        rows.append((section, "raw forward, loop", raw_loop, "", 0.0))
+        for name, values in rounds.items():
+            added = statistics.median(part(value) - part(base) for value, base in zip(values, raw))
+            rows.append((section, name, raw_loop + added, "raw forward, loop", added))
     return rows
 
 
 def intervention_ratio(rows: list) -> str:
-    """The ratio line of the `interventions` section: intervene's added cost over the hooks'."""
-    added = {name: a for section, name, _, _, a in rows if section == "interventions"}
-    hooks = next(a for name, a in added.items() if name.endswith(EDIT_HOOKS))
-    return f"| interventions: yamltrace added / {EDIT_HOOKS} added | {added[EDIT_OURS] / hooks:.3f} | <= 1.0 |"
+    """The ratio lines of the `interventions` sections: intervene's added cost over the hooks'."""
+    lines = []
+    for section, target in (("interventions", "<= 1.0"), ("interventions, libc allocator left out", "—")):
+        added = {name: a for s, name, _, _, a in rows if s == section}
+        hooks = next(a for name, a in added.items() if name.endswith(EDIT_HOOKS))
+        lines.append(f"| {section}: yamltrace added / {EDIT_HOOKS} added | {added[EDIT_OURS] / hooks:.3f} | {target} |")
+    return "\n".join(lines)
+
+
+def measure_interventions_alone(counter: Counter, layers: int) -> list[tuple[str, str, float, str, float]]:
+    """The `interventions` section alone (`--section interventions`), on the raw model of `_models`."""
+    import torch
+
+    from yamltrace.engine import normalize_output_map, own_output_map, plan_hooks
+
+    torch.set_num_threads(1)
+    model = _models(layers)["raw"]
+    plan = plan_hooks(model, normalize_output_map(own_output_map(model)), nested_maps=True)
+    ids = harness_ids()
+    return measure_interventions(counter, model, plan, lambda: model(input_ids=ids))
 
 
 def harness_ids():
@@ -361,9 +379,9 @@ def _hooked(rows: list) -> int:
     return int(name.split()[0])
 
 
-def report(layers: int, rows: list, counter: Counter) -> str:
+def table(layers: int, rows: list, counter: Counter) -> list[str]:
+    """The rows as a markdown table, each added cost also relative to its section's raw forward."""
     raw = {s: p for s, name, p, _, _ in rows if name.startswith("raw forward")}
-    added = {(s, name): a for s, name, _, _, a in rows}
     lines = [
         f"\n## LlamaModel, {layers} layers (instructions per forward; N={counter.n}, k={counter.k})\n",
         "| section | variant | instructions | added over | added | added / raw |",
@@ -376,6 +394,13 @@ def report(layers: int, rows: list, counter: Counter) -> str:
             if baseline
             else f"| {section} | {name} | {value:,.0f} | — | | |"
         )
+    return lines
+
+
+def report(layers: int, rows: list, counter: Counter) -> str:
+    raw = {s: p for s, name, p, _, _ in rows if name.startswith("raw forward")}
+    added = {(s, name): a for s, name, _, _, a in rows}
+    lines = table(layers, rows, counter)
     ratios = [
         (
             "repeated: yamltrace added / transformers added",
@@ -476,13 +501,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--n", type=int, default=6, help="calls measured (the difference of two counts)")
     parser.add_argument("--k", type=int, default=1, help="calls of the shorter count")
+    parser.add_argument("--section", choices=("all", "interventions"), default="all", help="measure every section, or one alone")
     args = parser.parse_args(argv)
     counter = worker_counter(args.n, args.k)
     if counter is not None:
         (layers,) = args.layers
-        print(report(layers, measure(counter, layers), counter), flush=True)
+        if args.section == "interventions":
+            rows = measure_interventions_alone(counter, layers)
+            print(
+                "\n".join(
+                    [*table(layers, rows, counter), "\n| ratio | value | target |\n|---|---|---|", intervention_ratio(rows)]
+                )
+            )
+        else:
+            print(report(layers, measure(counter, layers), counter), flush=True)
         return 0
-    return run_workers(__file__, args.layers, args.n, args.k)
+    return run_workers(__file__, args.layers, args.n, args.k, ["--section", args.section])
 
 
 if __name__ == "__main__":

@@ -148,3 +148,46 @@ def test_dynamic_shape_compile_edits_each_length_as_eager(tiny: TinyModel, input
                 got = compiled(batch).last_hidden_state
             assert torch.equal(got, expected)
     assert hook_count(tiny) == 0
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_fullgraph_compile_of_whole_tensor_edits_equals_eager(tiny: TinyModel, input_ids, dynamic) -> None:
+    # Add and scale of the whole output by a vector or a number: the edits that call the torch op directly.
+    vector = torch.linspace(-1, 1, 32, dtype=torch.float64)  # converted to the outputs' dtype at the first call
+    spec = Spec(
+        outputs={"hidden_states": TinyDecoderLayer},
+        interventions=[
+            Intervention("steer", OutputRecorder(TinyDecoderLayer, layers=(0,)), "add", RuntimeValue("v")),
+            Intervention("gain", OutputRecorder(TinyDecoderLayer, layers=(1,)), "scale", RuntimeValue("s")),
+            Intervention("shift", OutputRecorder(TinyDecoderLayer, layers=(-1,)), "add", 0.5),
+        ],
+    )
+    values = {"v": vector, "s": torch.linspace(0.5, 2, 32)}
+    with torch.no_grad():
+        with yamltrace.trace(tiny, spec, values=values) as eager:
+            expected = tiny(input_ids).last_hidden_state
+        compiled = torch.compile(tiny, backend="eager", fullgraph=True, dynamic=dynamic)
+        for _ in range(2):
+            with yamltrace.trace(tiny, spec, values=values) as captures:
+                got = compiled(input_ids).last_hidden_state
+            assert torch.equal(got, expected)
+            for a, b in zip(captures["hidden_states"], eager["hidden_states"], strict=True):
+                assert torch.equal(a, b)
+        assert not torch.equal(compiled(input_ids).last_hidden_state, expected)  # after the blocks: not edited
+    assert hook_count(tiny) == 0
+
+
+def test_the_last_hidden_state_ties_to_what_a_foreign_hook_on_the_model_returned(tiny: TinyModel, input_ids) -> None:
+    # The tie point's frame exits with the output after the user's forward hook on it, as the caller gets it.
+    def halve(module, args, output):
+        output.last_hidden_state = output.last_hidden_state * 0.5
+        return output
+
+    handle = tiny.register_forward_hook(halve)
+    try:
+        with torch.no_grad(), yamltrace.trace(tiny, outputs=["hidden_states"]) as captures:
+            received = tiny(input_ids).last_hidden_state
+    finally:
+        handle.remove()
+    assert torch.equal(captures["hidden_states"][-1], received)
+    assert list(tiny._forward_hooks) == [] and hook_count(tiny) == 0

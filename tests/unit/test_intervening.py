@@ -312,28 +312,3 @@ def test_a_value_of_another_dtype_is_cast_to_the_edited_tensors(model, ids) -> N
             again = model(ids).last_hidden_state
         theirs = by_hooks(model, ids, "layers.0", "add", vector.float(), None, None)
     assert ours.dtype == torch.float32 and torch.equal(ours, theirs) and torch.equal(again, theirs)
-
-
-def test_the_output_edits_inline_gate_follows_session_records() -> None:
-    # The gate of an output edit is `session_records`' rule written out: it edits exactly when the rule records.
-    import contextvars
-
-    from yamltrace.engine import Collector, Session
-    from yamltrace.engine._collector import session_records
-    from yamltrace.engine._editing import Edit, _gated
-
-    edit = Edit(Intervention("x", OutputRecorder(nn.Linear), "add", 1.0), ".x", 1.0, None)
-    session = Session(Collector(()), block=True)
-    gated = _gated(edit, "outputs", session)
-    x = torch.zeros(2, 3)
-
-    def agrees() -> bool:
-        edited = not torch.equal(gated(x), x) and torch.equal(gated((x, x))[0], x + 1)
-        return edited == session_records(session)
-
-    assert agrees() and not session_records(session)  # not entered
-    token = session.enter()
-    assert agrees() and session_records(session)  # entered in this context
-    assert contextvars.Context().run(agrees)  # another context: closed there
-    session.exit(token)
-    assert agrees() and not session_records(session)  # closed

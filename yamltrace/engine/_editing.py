@@ -1,5 +1,5 @@
 """What an intervention does to one module's values (`Edit`), which modules it edits (`plan_edits`),
-and edits put on the modules' interceptors (`install_edits`).
+and edits put on the modules' interceptors (`install_edits`, from `_edit_gates`).
 
 An edit builds new tensors (out-of-place ops only), so autograd sees it: a value that requires grad
 gets gradients, and the module's own tensor is never written. A region (`positions` along `seq_dim`,
@@ -18,12 +18,11 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
-from torch.compiler import is_compiling, is_dynamo_compiling
+from torch.compiler import is_compiling
 
 from ..errors import PositionError, SpecError, SpecIssue
-from ._collector import open_blocks, session_records
 from ._edit import Intervention, RuntimeValue
-from ._intercept import INPUTS, OUTPUTS, Interception, intercept
+from ._edit_gates import install_edits
 from ._plan import plan_hooks
 from ._positions import InputSource, positions_index
 from ._selection import position_counter, resolve_positions
@@ -66,14 +65,20 @@ class Edit:
         self._apply: Callable[[torch.Tensor, Any], torch.Tensor] = builtin or getattr(self, f"_{intervention.operation}")
         self._cache: dict[tuple[Any, ...], Any] = {}  # index tensors
         self._tensor = isinstance(value, torch.Tensor)
-        # How a value could change the edited shape (add, scale): a vector its last dimension, a
-        # tensor of more dimensions any; a number or one element, set and the others cannot.
-        grows = self._tensor and intervention.operation in ("add", "scale") and value.numel() > 1
-        self._grows = None if not grows else "last" if value.dim() == 1 else "shape"
+        # Whether the value could change the edited shape (add, scale by a tensor of 1 or more
+        # dimensions, broadcasting); a number, a 0-dim tensor, set and the others cannot.
+        self._grows = self._tensor and intervention.operation in ("add", "scale") and value.dim() > 0
 
     def error(self, message: str) -> SpecError:
         where = self.path.lstrip(".") or "<root>"
         return SpecError([edit_issue(self.iv, f"intervention {self.iv.name!r}, module {where}: {message}")])
+
+    def direct(self) -> tuple[Callable[[torch.Tensor, Any], torch.Tensor] | None, int | None]:
+        """For add or scale of the whole tensor by a number or a vector: the torch function `_edited`
+        calls, and the vector's length (None for a number); `(None, None)` for any other edit."""
+        if not self.whole or self.iv.operation not in ("add", "scale") or self._tensor and self.value.dim() != 1:
+            return None, None
+        return self._apply, int(self.value.shape[0]) if self._tensor else None
 
     def output(self, output: Any) -> Any:
         """The module's output with the selected element (`index` of a tuple, else all) edited."""
@@ -141,8 +146,7 @@ class Edit:
                 raise self._misfit(value, x) from None
             value = self._matched(x)
             edited = self._apply(x, value)
-        grows = self._grows
-        if grows is not None and (edited.size(-1) != x.size(-1) if grows == "last" else edited.shape != x.shape):
+        if self._grows and edited.shape != x.shape:
             raise self._misfit(value, x)
         return edited
 
@@ -327,34 +331,3 @@ def _heads(iv: Intervention, module: nn.Module, config: Any) -> int | None:
             )
         ]
     )
-
-
-def install_edits(rows: Sequence[EditRow], session: Any) -> Interception:
-    """Put each row's edit on its module, in order: applied to calls `session` records (a block
-    session, `session_records`), or to every call with `session` None; remove with `.remove()`."""
-    edits = []
-    for module, _, edit in rows:
-        kind = OUTPUTS if edit.source is None else INPUTS
-        applied = edit.output if kind == OUTPUTS else edit.inputs
-        edits.append((module, kind, applied if session is None else _gated(edit, kind, session)))
-    return intercept([], (), edits)
-
-
-def _gated(edit: Edit, kind: str, session: Any) -> Callable[..., Any]:
-    """The edit, for calls `session` records; other calls pass through unchanged. The output edit
-    tests `session_records`' rule for a block session inline, and takes a tensor output straight to
-    `Edit.tensor` (a Python call less each: tests/unit/test_intervening.py runs it against the rule)."""
-    if kind == OUTPUTS:
-        whole, tensor, blocks, is_tensor = edit.output, edit.tensor, open_blocks, torch.Tensor
-
-        def output(output: Any) -> Any:
-            if not (session.open if is_dynamo_compiling() else session in blocks.get()):
-                return output
-            return tensor(output) if type(output) is is_tensor else whole(output)
-
-        return output
-
-    def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return edit.inputs(args, kwargs) if session_records(session) else (args, kwargs)
-
-    return inputs

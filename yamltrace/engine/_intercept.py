@@ -10,14 +10,18 @@ calls the forward it shadows, then each listener.
 Listeners see what the caller of the module receives: the arguments after forward pre-hooks ran, the
 output after forward hooks ran. *Edits* change what the module receives (`inputs`: `(args, kwargs)
 -> (args, kwargs)`, before the forward) and what it returns (`outputs`: `output -> output`, before
-the listeners), in the order installed. On a module without forward hooks the interceptor does all
-this itself; on one that carries forward hooks of others when something is installed, its own
-forward hook (and pre-hook, for input edits), registered after those (the slower path), edits and
-calls the listeners, so they see what those hooks returned and the hooks see the edited arguments. A *frame* is a pair of callbacks around the forward and its listeners
-(`trace` delimits its steps and scopes with them): `enter(args, kwargs)` before, `exit(token, output, finished)`
-after, with `enter`'s return value as the token, also when the forward or a listener raised
-(`finished` False, output None); frames enter in the order installed and exit in reverse. Concurrent sessions on one module share its interceptor; removing the last
-listener restores the module's `__dict__` exactly. A copy of a module made while it is intercepted
+the listeners), in the order installed. A *frame* is a pair of callbacks around the forward and its
+listeners (`trace` delimits its steps and scopes with them): `enter(args, kwargs)` before,
+`exit(token, output, finished)` after, with `enter`'s return value as the token, also when the
+forward or a listener raised (`finished` False, output None); frames enter in the order installed
+and exit in reverse. On a module without forward hooks the interceptor does all this itself; on one
+that carries forward hooks of others when something is installed (the slower path), its own hooks,
+registered after those, do it: a forward pre-hook (for input edits and frames' entries), a forward
+hook that edits, calls the listeners and exits the frames, so they see what the others' hooks
+returned and those hooks see the edited arguments, and a last one, which torch calls also when the
+forward or a hook raised an `Exception` (`always_call`), that exits the frames still entered.
+Concurrent sessions on one module share its interceptor; removing the last listener restores the
+module's `__dict__` exactly. A copy of a module made while it is intercepted
 (`copy.deepcopy`, pickling) gets a pass-through with no listeners. While intercepted,
 `inspect.signature(module.forward)` is `(*args, **kwargs)`. Dynamo guards on the instance `forward`,
 so code compiled before an interception is recompiled (once) to include it.
@@ -64,11 +68,12 @@ class _Interceptor:
     The module's `forward` is a bound method of the interceptor, not the interceptor itself: dynamo
     then guards on the method's function, which all interceptors share, and does not recompile for
     each new interceptor. `forward` serves a module with listeners and frames only; `edited` one with
-    edits or whose listeners run from `late`, its own forward hook after others' (`_bind` picks).
+    edits or on the slower path, whose hooks (`late`: `before_hooks`, `after_hooks`, `unwound`) run
+    the edits, listeners and frames (`_bind` picks).
     The tuples are replaced, never mutated, so a running call sees one snapshot.
     """
 
-    __slots__ = ("inner", "shadowed", "listeners", "frames", "inputs", "outputs", "late", "slow", "editing")
+    __slots__ = ("inner", "shadowed", "listeners", "frames", "inputs", "outputs", "late", "slow", "editing", "pending")
 
     def __init__(self, inner: Callable[..., Any], shadowed: Any = _ABSENT) -> None:
         self.inner = inner  # what `module.forward` was: the bound class forward, or `shadowed`
@@ -81,6 +86,8 @@ class _Interceptor:
         # Whether `late` holds any: what a call reads, since compiled code cannot represent a handle.
         self.slow = False
         self.editing = False  # whether the module's `forward` is `edited`
+        # On the slower path: the frames entered by calls running now, by `id` of each call's kwargs.
+        self.pending: dict[int, tuple[tuple[tuple[Enter, Exit], ...], list[Any], dict[str, Any]]] = {}
 
     def forward(self, /, *args: Any, **kwargs: Any) -> Any:
         # `self` positional-only: a keyword argument is not compared with it by name on each call.
@@ -102,36 +109,56 @@ class _Interceptor:
         return output
 
     def _edited(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not self.slow:
-            for edit in self.inputs:
-                args, kwargs = edit(args, kwargs)
+        if self.slow:  # (edits, listeners and frames run from the hooks: `before_hooks`, `after_hooks`)
+            return self.inner(*args, **kwargs)
+        for edit in self.inputs:
+            args, kwargs = edit(args, kwargs)
         if self.frames:
             return self._framed(args, kwargs)
         return self._run(args, kwargs)
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         output = self.inner(*args, **kwargs)
-        if not self.slow:
-            for edit in self.outputs:
-                output = edit(output)
-            for listener, context in self.listeners:
-                listener(context, args, kwargs, output)
-        return output
-
-    def before_hooks(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """The slower path's forward pre-hook, after the module's other pre-hooks: input edits (so the
-        forward and every forward hook get the edited arguments)."""
-        for edit in self.inputs:
-            args, kwargs = edit(args, kwargs)
-        return args, kwargs
-
-    def after_hooks(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
-        """The slower path's forward hook, after the module's other forward hooks: edits, listeners."""
         for edit in self.outputs:
             output = edit(output)
         for listener, context in self.listeners:
             listener(context, args, kwargs, output)
         return output
+
+    def before_hooks(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """The slower path's forward pre-hook, after the module's other pre-hooks: input edits (so the
+        forward and every forward hook get the edited arguments), then the frames' entries, kept in
+        `pending` under the call's own kwargs (`after_hooks` or `unwound` exits them)."""
+        for edit in self.inputs:
+            args, kwargs = edit(args, kwargs)
+        frames = self.frames
+        if frames:
+            kwargs = dict(kwargs)  # this call's own: the hooks after the forward get this very dict
+            self.pending[id(kwargs)] = (frames, [enter(args, kwargs) for enter, _ in frames], kwargs)
+        return args, kwargs
+
+    def after_hooks(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
+        """The slower path's forward hook, after the module's other forward hooks: edits, listeners,
+        then the frames' exits with what the caller receives."""
+        try:
+            for edit in self.outputs:
+                output = edit(output)
+            for listener, context in self.listeners:
+                listener(context, args, kwargs, output)
+        except BaseException:
+            self.unwound(module, args, kwargs, None)
+            raise
+        entered = self.pending.pop(id(kwargs), None) if self.pending else None
+        if entered is not None:
+            _exit_frames(entered[0], entered[1], output, True)
+        return output
+
+    def unwound(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        """The slower path's last forward hook, which torch also calls when the forward or a forward
+        hook raised (`always_call`): the exits, unfinished, of the call's frames not exited yet."""
+        entered = self.pending.pop(id(kwargs), None)
+        if entered is not None:
+            _exit_frames(entered[0], entered[1], None, False)
 
     def _framed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         frames = self.frames
@@ -149,11 +176,9 @@ class _Interceptor:
         try:
             output = self._run(args, kwargs)
         except BaseException:
-            for (_, exit), token in zip(frames[::-1], tokens[::-1]):
-                exit(token, None, False)
+            _exit_frames(frames, tokens, None, False)
             raise
-        for (_, exit), token in zip(frames[::-1], tokens[::-1]):
-            exit(token, output, True)
+        _exit_frames(frames, tokens, output, True)
         return output
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Interceptor:
@@ -162,6 +187,12 @@ class _Interceptor:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Interceptor, (self.inner,))
+
+
+def _exit_frames(frames: tuple[tuple[Enter, Exit], ...], tokens: list[Any], output: Any, finished: bool) -> None:
+    """Each frame's exit with its entry's token, in reverse order."""
+    for (_, exit), token in zip(frames[::-1], tokens[::-1]):
+        exit(token, output, finished)
 
 
 def _foreign_forward_hooks(module: nn.Module, interceptor: _Interceptor) -> bool:
@@ -183,15 +214,16 @@ def _bind(module: nn.Module, interceptor: _Interceptor) -> None:
         or _global_forward_hooks
     ):
         return
-    late = bool(interceptor.listeners or interceptor.outputs or interceptor.inputs) and _foreign_forward_hooks(
-        module, interceptor
-    )
-    if late != bool(interceptor.late) or late and len(interceptor.late) != 1 + bool(interceptor.inputs):
+    framed, before = bool(interceptor.frames), bool(interceptor.inputs or interceptor.frames)
+    late = bool(interceptor.listeners or interceptor.outputs or before) and _foreign_forward_hooks(module, interceptor)
+    if late != bool(interceptor.late) or late and len(interceptor.late) != 1 + before + framed:
         _unhook(interceptor)
         if late:
             after = module.register_forward_hook(interceptor.after_hooks, with_kwargs=True)
-            before = [module.register_forward_pre_hook(interceptor.before_hooks, with_kwargs=True)] if interceptor.inputs else []
-            interceptor.late = (after, *before)
+            pre = [module.register_forward_pre_hook(interceptor.before_hooks, with_kwargs=True)] if before else []
+            unwound = interceptor.unwound
+            last = [module.register_forward_hook(unwound, with_kwargs=True, always_call=True)] if framed else []
+            interceptor.late = (after, *pre, *last)
             interceptor.slow = True
     interceptor.editing = late or bool(interceptor.inputs or interceptor.outputs)
     method = interceptor.edited if interceptor.editing else interceptor.forward

@@ -232,3 +232,46 @@ def test_on_the_slower_path_input_edits_reach_the_forward_the_hooks_and_the_list
     assert torch.equal(output, torch.tensor([5.0])) and torch.equal(returned, output)
     assert list(module._forward_hooks) == [foreign.id] and not module._forward_pre_hooks
     assert "forward" not in module.__dict__
+
+
+def test_on_the_slower_path_frames_exit_with_what_the_hooks_returned_and_unfinished_when_one_raised() -> None:
+    module, log = Scale(), []
+    failing = {"forward hook": False}
+
+    def foreign(m, args, output):
+        if failing["forward hook"]:
+            raise ValueError("hook on purpose")
+        return output * 100
+
+    handle_foreign = module.register_forward_hook(foreign)
+
+    def enter(args, kwargs):
+        log.append(("enter", args[0].tolist()))
+        return "token"
+
+    def exit(token, output, finished):
+        log.append(("exit", token, None if output is None else output.tolist(), finished))
+
+    handle = intercept([(module, lambda c, a, k, o: log.append(("listener", o.tolist())), None)], [(module, enter, exit)])
+    assert torch.equal(module(torch.ones(1)), torch.tensor([200.0]))
+    assert log == [("enter", [1.0]), ("listener", [200.0]), ("exit", "token", [200.0], True)]
+    for raising, error in (("forward", RuntimeError), ("forward hook", ValueError)):
+        del log[:]
+        module.fail, failing["forward hook"] = raising == "forward", raising == "forward hook"
+        with pytest.raises(error, match="on purpose"):
+            module(torch.ones(1))
+        assert log == [("enter", [1.0]), ("exit", "token", None, False)], raising
+    handle.remove()
+    handle_foreign.remove()
+    module.fail, failing["forward hook"] = False, False
+    assert not module._forward_hooks and not module._forward_pre_hooks and "forward" not in module.__dict__
+    assert not module._forward_hooks_always_called
+
+
+def test_frames_alone_take_the_slower_path_on_a_module_with_forward_hooks() -> None:
+    module, seen = Scale(), []
+    foreign = module.register_forward_hook(lambda m, args, output: output + 1)
+    handle = intercept([], [(module, lambda args, kwargs: None, lambda token, output, finished: seen.append(output))])
+    module(torch.ones(1), shift=1.0)
+    handle.remove()
+    assert seen == [torch.tensor([4.0])] and list(module._forward_hooks) == [foreign.id]
