@@ -21,6 +21,7 @@ from torch import nn
 from ._trace_checks import dead_hints
 from .engine import Collector, Intervention, RuntimeValue, Session, scope_modules, unwrap
 from .engine._editing import EditRow, edit_issue, edits_watch, install_edits, plan_edits
+from .engine._edit_calls import call_check
 from .engine._padding import warning_state
 from .errors import SpecError, did_you_mean
 from .spec import Spec
@@ -114,9 +115,11 @@ def apply_interventions(
     inner = unwrap(model)
     rows = planned_edits(inner, as_spec(inner, spec), values, strict=strict)
     installed = [install_edits(rows, None).remove]
-    watch = edits_watch(rows)
+    watch, check = edits_watch(rows), call_check(rows)
     if watch is not None:  # one padding warning per handle
         installed.append(watch.hooks(inner, lambda: True, [False]))
+    if check is not None:
+        installed.append(check)
     return InterventionHandle(installed, _paths(rows))
 
 
@@ -124,14 +127,16 @@ def start_edits(
     stack: contextlib.ExitStack, rows: Sequence[EditRow], session: Session, root: nn.Module
 ) -> Mapping[str, tuple[str, ...]]:
     """Install `rows` for the calls `session` records (a block session); closing `stack` removes them.
-    Edits with `positions` also get the padding watch's hooks on `root`, whose calls are the root
-    calls (`engine._padding`): its mask places `last` / `first`, and literal positions on padding warn
-    once per block."""
+    Edits with `positions` or `layers` also get the padding watch's hooks on `root`, whose calls are the
+    root calls (`engine._padding`): its mask places `last` / `first`, literal positions on padding warn
+    once per block, and so does an edited module of `layers` that runs twice in a call (`_edit_calls`)."""
     if rows:
         stack.callback(install_edits(rows, session).remove)
-        watch = edits_watch(rows)
+        watch, check = edits_watch(rows), call_check(rows)
         if watch is not None:
             stack.callback(watch.hooks(root, session.recording, warning_state(kind="intervention")))
+        if check is not None:
+            stack.callback(check)
     return _paths(rows)
 
 

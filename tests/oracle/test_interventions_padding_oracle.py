@@ -344,3 +344,15 @@ def test_a_literal_position_on_padding_warns_once_per_block_and_handle() -> None
             model(**_batch("right"))
 
     assert len(_padding_warnings(traced)) == 1
+
+
+@pytest.mark.parametrize("given", ["compiled", "original"])
+def test_under_torch_compile_last_follows_the_mask(given: str) -> None:
+    model, layer = _model("llama"), LlamaDecoderLayer
+    compiled = torch.compile(model, backend="eager")
+    with torch.no_grad():
+        with _by_hand(model, layer, "last", lambda v, row: v + STEER):
+            theirs = [model(**_batch(side)).logits for side in ("right", "left")]
+        with yamltrace.intervene(compiled if given == "compiled" else model, _spec(_steer(layer, "last"))):
+            ours = [compiled(**_batch(side)).logits for side in ("right", "left")]
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.compiler import is_dynamo_compiling
 
 from .._recorder_fields import PADDING_POSITIONS
 from ..errors import PositionError
@@ -46,7 +47,7 @@ class RootCall:
     """The arguments of one root call, and what was read from them: each named mask as a bool
     `[batch, seq]` tensor (None: not passed), each row index (`rows`)."""
 
-    __slots__ = ("args", "kwargs", "places", "masks", "indices", "owner", "token")
+    __slots__ = ("args", "kwargs", "places", "masks", "indices", "owner", "token", "calls")
 
     def __init__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.args, self.kwargs, self.places = args, kwargs, _places(type(unwrap(module)))
@@ -54,6 +55,7 @@ class RootCall:
         self.indices: dict[tuple[Any, ...], torch.Tensor] = {}
         self.owner: object = None  # the hooks that published it (`PaddingWatch.hooks`), with their token
         self.token: Token[Any] | None = None
+        self.calls: dict[int, int] = {}  # calls of edited modules in this call, by id (`_edit_calls`)
 
     def argument(self, name: str) -> Any:
         """The argument `name` of the call (keyword, else by its place), or None."""
@@ -184,10 +186,12 @@ class PaddingWatch:
     call's mask, warn (once per `warned` state), naming the fix. `kind` is what the selections are:
     "output" (a capture's) or "intervention" (edits', which then change padding)."""
 
-    __slots__ = ("literal", "kind")
+    __slots__ = ("literal", "kind", "aware")
 
-    def __init__(self, literal: tuple[tuple[str, tuple[int, ...] | str, str], ...], kind: str = "output") -> None:
-        self.literal, self.kind = literal, kind
+    def __init__(
+        self, literal: tuple[tuple[str, tuple[int, ...] | str, str], ...], kind: str = "output", aware: bool = True
+    ) -> None:
+        self.literal, self.kind, self.aware = literal, kind, aware  # aware: some selection is last / first
 
     def enter(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], warned: list[bool]) -> Token[Any]:
         """A root call of `module` starts; pass the token to `exit` when it ends."""
@@ -228,13 +232,16 @@ class PaddingWatch:
         owner = object()
 
         def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            if is_active():
+            # Dynamo cannot set a ContextVar: inside compiled code, skip the root call where nothing needs
+            # it (only warnings); with `last` / `first`, set it anyway, so dynamo runs this hook eagerly
+            # (a graph break; an error under fullgraph), never a silent fallback to [-1] / [0].
+            if (self.aware or not is_dynamo_compiling()) and is_active():
                 token = self.enter(module, args, kwargs, warned)
                 call: RootCall = root_call.get()  # type: ignore[assignment]
                 call.owner, call.token = owner, token
 
         def after(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-            call = root_call.get()
+            call = None if is_dynamo_compiling() else root_call.get()
             if call is not None and call.owner is owner:
                 root_call.reset(call.token)  # type: ignore[arg-type]
 
@@ -315,7 +322,7 @@ def padding_watch(
             aware = True
         else:
             literal.append((output, positions, mask or DEFAULT_MASK))
-    return PaddingWatch(tuple(dict.fromkeys(literal)), kind) if literal or aware else None
+    return PaddingWatch(tuple(dict.fromkeys(literal)), kind, aware) if literal or aware else None
 
 
 def plan_watch(plan: Any) -> PaddingWatch | None:
