@@ -67,7 +67,9 @@ def _real(mask: torch.Tensor, length: int, which: str) -> list[int]:
     return [(row.nonzero().flatten()[-1 if which == "last" else 0]).item() for row in current]
 
 
-def _edit_rows(h: torch.Tensor, mask: torch.Tensor | None, which: str, edit: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
+def _edit_rows(
+    h: torch.Tensor, mask: torch.Tensor | None, which: str, edit: Callable[[torch.Tensor, int], torch.Tensor]
+) -> torch.Tensor:
     """`h` [batch, seq, ...] with each row's `which` real position replaced by `edit(values, row)`."""
     out = h.clone()
     picked = [-1 if which == "last" else 0] * h.shape[0] if mask is None else _real(mask, h.shape[1], which)
@@ -125,7 +127,9 @@ def test_last_and_first_edit_each_rows_real_token_as_plain_hooks_do(name: str, s
             ours = model(**batch).logits
         with _by_hand(model, layer, which, lambda v, row: v + STEER):
             theirs = model(**batch).logits
-        literal = Intervention("steer", OutputRecorder(layer, index=0, layers=(1,), positions=(-1 if which == "last" else 0,)), "add", STEER)
+        literal = Intervention(
+            "steer", OutputRecorder(layer, index=0, layers=(1,), positions=(-1 if which == "last" else 0,)), "add", STEER
+        )
         with warnings.catch_warnings(), yamltrace.intervene(model, _spec(literal)):
             warnings.simplefilter("ignore")
             padded_end = model(**batch).logits
@@ -165,6 +169,7 @@ def test_heads_of_the_last_token_equal_plain_hooks(name: str, side: str) -> None
     edit = Intervention(
         "heads", OutputRecorder(class_name=f"attn.{projection}", input=0, layers=(1,), positions="last"), "zero", heads=(1, 3)
     )
+
     def zero_heads(v: torch.Tensor, row: int) -> torch.Tensor:
         view = v.view(HEADS, -1).clone()
         view[[1, 3]] = 0
@@ -227,7 +232,9 @@ def test_trace_records_the_edit_and_persistent_edits_equal_plain_hooks() -> None
     with torch.no_grad():
         seen: list[torch.Tensor] = []
         with _by_hand(model, layer, "last", lambda v, row: v + STEER):  # its hook runs before this one
-            handle = model.transformer.h[1].register_forward_hook(lambda m, a, out: seen.append(out[0] if isinstance(out, tuple) else out))
+            handle = model.transformer.h[1].register_forward_hook(
+                lambda m, a, out: seen.append(out[0] if isinstance(out, tuple) else out)
+            )
             theirs = model(**batch)
             handle.remove()
         with yamltrace.trace(model, spec) as captures:

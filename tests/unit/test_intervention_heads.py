@@ -74,7 +74,9 @@ def test_an_attention_modules_num_heads_is_nearest() -> None:
 
 def test_no_head_count_anywhere_is_a_located_error_naming_head_dim() -> None:
     model = Composite(root_heads=None, tower_heads=None)
-    with pytest.raises(SpecError, match=r"intervention 'ablate' selects heads, but neither module tower.proj nor any above it .*set head_dim"):
+    with pytest.raises(
+        SpecError, match=r"intervention 'ablate' selects heads, but neither module tower.proj nor any above it .*set head_dim"
+    ):
         with yamltrace.intervene(model, _zero_head_0(model)):
             pass
     with torch.no_grad(), yamltrace.intervene(model, _zero_head_0(model, head_dim=2)):  # head_dim needs no count

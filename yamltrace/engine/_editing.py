@@ -296,23 +296,13 @@ def _values(iv: Intervention, count: int, values: Mapping[str, Any]) -> list[Any
     value = iv.value
     if isinstance(value, RuntimeValue):
         if value.name not in values:
-            raise SpecError(
-                [
-                    edit_issue(
-                        iv, f"intervention {iv.name!r} takes {{value: {value.name}}}: pass values={{{value.name!r}: tensor}}."
-                    )
-                ]
-            )
+            raise _error(iv, f"intervention {iv.name!r} takes {{value: {value.name}}}: pass values={{{value.name!r}: tensor}}.")
         given = values[value.name]
         if isinstance(given, (list, tuple)):
             if len(given) != count:
-                raise SpecError(
-                    [
-                        edit_issue(
-                            iv,
-                            f"values[{value.name!r}] holds {len(given)} tensors for the {count} modules intervention {iv.name!r} edits; give one per module, or one tensor for all.",
-                        )
-                    ]
+                raise _error(
+                    iv,
+                    f"values[{value.name!r}] holds {len(given)} tensors for the {count} modules intervention {iv.name!r} edits; give one per module, or one tensor for all.",
                 )
             return [_as_value(iv, v) for v in given]
         value = given
@@ -321,22 +311,18 @@ def _values(iv: Intervention, count: int, values: Mapping[str, Any]) -> list[Any
     return [_as_value(iv, value)] * count
 
 
+def _error(iv: Intervention, message: str) -> SpecError:
+    return SpecError([edit_issue(iv, message)])
+
+
 def _as_value(iv: Intervention, value: Any) -> Any:
     """`value`, when the operation can take it (a `SpecError` located at the intervention otherwise)."""
     if iv.operation == "clamp":
         if not isinstance(value, tuple) or len(value) != 2 or value == (None, None):
-            raise SpecError(
-                [edit_issue(iv, f"intervention {iv.name!r}: clamp takes [low, high], at most one of them null; got {value!r}.")]
-            )
+            raise _error(iv, f"intervention {iv.name!r}: clamp takes [low, high], at most one of them null; got {value!r}.")
         return value
     if iv.operation != "zero" and (not isinstance(value, (torch.Tensor, int, float)) or isinstance(value, bool)):
-        raise SpecError(
-            [
-                edit_issue(
-                    iv, f"intervention {iv.name!r}: its value is a {type(value).__name__}; give a number, a vector or a tensor."
-                )
-            ]
-        )
+        raise _error(iv, f"intervention {iv.name!r}: its value is a {type(value).__name__}; give a number, a vector or a tensor.")
     return value
 
 
@@ -348,14 +334,10 @@ def _heads(iv: Intervention, root: nn.Module, path: str) -> HeadSources:
         return ()
     sources = head_sources(root, path.lstrip("."))
     if not sources:
-        raise SpecError(
-            [
-                edit_issue(
-                    iv,
-                    f"intervention {iv.name!r} selects heads, but neither module {path.lstrip('.') or '<root>'} nor any "
-                    "above it has num_heads, head_dim or a config's num_attention_heads; set head_dim.",
-                )
-            ]
+        raise _error(
+            iv,
+            f"intervention {iv.name!r} selects heads, but neither module {path.lstrip('.') or '<root>'} nor any "
+            "above it has num_heads, head_dim or a config's num_attention_heads; set head_dim.",
         )
     return sources
 

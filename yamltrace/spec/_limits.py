@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._recorder_fields import EDIT_FIELDS, MAX_RECORDER_INDEX, PADDING_POSITIONS, RECORDER_FIELDS, RecorderField, default_index
+from .._recorder_fields import EDIT_FIELDS, MAX_RECORDER_INDEX, RECORDER_FIELDS, RecorderField, default_index
 from ._walk import Site, document_sections, sites
 
 __all__ = [
