@@ -21,7 +21,7 @@ from torch import nn
 from ._trace_checks import dead_hints
 from .engine import Collector, Intervention, RuntimeValue, Session, scope_modules, unwrap
 from .engine._editing import EditRow, edit_issue, edits_watch, install_edits, plan_edits
-from .engine._edit_calls import call_check
+from .engine._edit_calls import CallCheck
 from .engine._padding import warning_state
 from .errors import SpecError, did_you_mean
 from .spec import Spec
@@ -115,11 +115,12 @@ def apply_interventions(
     inner = unwrap(model)
     rows = planned_edits(inner, as_spec(inner, spec), values, strict=strict)
     installed = [install_edits(rows, None).remove]
-    watch, check = edits_watch(rows), call_check(rows)
+    check = CallCheck.of(rows)
+    watch = edits_watch(rows, check is not None)
     if watch is not None:  # one padding warning per handle
-        installed.append(watch.hooks(inner, lambda: True, [False]))
+        installed.append(watch.hooks(inner, lambda: True, [False], None if check is None else check.finished))
     if check is not None:
-        installed.append(check)
+        installed.append(check.install())
     return InterventionHandle(installed, _paths(rows))
 
 
@@ -132,11 +133,13 @@ def start_edits(
     once per block, and so does an edited module of `layers` that runs twice in a call (`_edit_calls`)."""
     if rows:
         stack.callback(install_edits(rows, session).remove)
-        watch, check = edits_watch(rows), call_check(rows)
+        check = CallCheck.of(rows)
+        watch = edits_watch(rows, check is not None)
         if watch is not None:
-            stack.callback(watch.hooks(root, session.recording, warning_state(kind="intervention")))
+            warned = warning_state(kind="intervention")
+            stack.callback(watch.hooks(root, session.recording, warned, None if check is None else check.finished))
         if check is not None:
-            stack.callback(check)
+            stack.callback(check.install())
     return _paths(rows)
 
 

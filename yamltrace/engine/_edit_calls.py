@@ -5,35 +5,57 @@ An intervention edits modules: its `layers` keep positions among the modules its
 in module order (`_editing.edited_modules`), and the edit applies to every call of each. A capture's
 `layers` keep positions among the values recorded in a call, in call order. In a model whose layers
 each run once per forward, in order, the two agree; a module shared between layers (ALBERT's layer,
-a looped block) runs several times, and `layers` cannot pick one of its calls. `call_check` counts
+a looped block) runs several times, and `layers` cannot pick one of its calls. A `CallCheck` counts
 the calls of the edited modules of such interventions in each root call (published by the padding
 watch's hooks, `_padding.root_call`) and warns, once per block or handle, located at the intervention.
+A module seen to run exactly once in a root call is not checked again (nothing is paid for it in
+later blocks).
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from torch import nn
 from torch.compiler import is_dynamo_compiling
 
 from ..errors import SpecError
 from ._editing import EditRow, edit_issue
 from ._intercept import Enter, Exit, intercept
-from ._padding import root_call
+from ._padding import RootCall, root_call
 
-__all__ = ["call_check"]
+__all__ = ["CallCheck"]
+
+# The edited modules seen to run exactly once in a root call.
+_ONCE: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
-def call_check(rows: Sequence[EditRow]) -> Callable[[], None] | None:
-    """Frames on the modules edited by interventions with `layers` that warn (once) when one runs more
-    than once in a root call; returns their remover, None when no intervention has `layers`."""
-    kept = [row for row in rows if row.edit.iv.select.layers is not None]
-    if not kept:
-        return None
-    warned = [False]
-    return intercept([], [(row.module, *_frame(row, warned)) for row in kept]).remove
+class CallCheck:
+    """The check of the `rows` whose intervention has `layers` and whose module is not known to run
+    once per root call: `install()` puts its frames on them, `finished(call)` takes a root call's counts."""
+
+    def __init__(self, rows: Sequence[EditRow]) -> None:
+        self.rows = rows
+        self.warned = [False]
+
+    @classmethod
+    def of(cls, rows: Sequence[EditRow]) -> CallCheck | None:
+        """The check of `rows`, None when none needs one."""
+        kept = [row for row in rows if row.edit.iv.select.layers is not None and row.module not in _ONCE]
+        return cls(kept) if kept else None
+
+    def install(self) -> Callable[[], None]:
+        """Put the counting frames on the checked modules; returns their remover."""
+        return intercept([], [(row.module, *_frame(row, self.warned)) for row in self.rows]).remove
+
+    def finished(self, call: RootCall) -> None:
+        """A root call ended: the modules that ran once in it need no check again."""
+        for row in self.rows:
+            if call.calls.get(id(row.edit)) == 1:
+                _ONCE.add(row.module)
 
 
 def _frame(row: EditRow, warned: list[bool]) -> tuple[Enter, Exit]:

@@ -342,15 +342,13 @@ def _heads(iv: Intervention, root: nn.Module, path: str) -> HeadSources:
     return sources
 
 
-def edits_watch(rows: Sequence[EditRow]) -> PaddingWatch | None:
+def edits_watch(rows: Sequence[EditRow], checked: bool = False) -> PaddingWatch | None:
     """The padding watch of planned edits (`_padding`): what publishes the root call to `positions:
-    last` / `first` and to the check of `layers` (`_edit_calls`), and warns when literal positions edit
-    padding; None when no edit keeps positions or layers."""
+    last` / `first` and, when `checked`, to the check of `layers` (`_edit_calls`), and warns when
+    literal positions edit padding; None when no edit keeps positions and nothing is `checked`."""
     interventions = dict.fromkeys(row.edit.iv for row in rows)  # each once, in order
     watch = padding_watch(((iv.name, iv.select.positions, iv.select.mask) for iv in interventions), "intervention")
-    if watch is None and any(iv.select.layers is not None for iv in interventions):
-        watch = PaddingWatch((), "intervention", aware=False)
-    return watch
+    return PaddingWatch((), "intervention", aware=False) if watch is None and checked else watch
 
 
 def install_edits(rows: Sequence[EditRow], session: Any) -> Interception:

@@ -224,9 +224,15 @@ class PaddingWatch:
 
         return enter, exit
 
-    def hooks(self, module: nn.Module, is_active: Callable[[], bool], warned: list[bool]) -> Callable[[], None]:
+    def hooks(
+        self,
+        module: nn.Module,
+        is_active: Callable[[], bool],
+        warned: list[bool],
+        finished: Callable[[RootCall], None] | None = None,
+    ) -> Callable[[], None]:
         """`enter` and `exit` as forward hooks on `module` (the exit one runs also when the forward
-        raises), for calls made while `is_active()`; returns their remover. Unlike an interception
+        raises), for calls made while `is_active()`, `finished(call)` as each ends; returns their remover. Unlike an interception
         frame, hooks leave `module.forward`'s signature as it is, which `generate` reads (whether the
         model takes `logits_to_keep`, `attention_mask`, `position_ids`)."""
         owner = object()
@@ -244,6 +250,8 @@ class PaddingWatch:
             call = None if is_dynamo_compiling() else root_call.get()
             if call is not None and call.owner is owner:
                 root_call.reset(call.token)  # type: ignore[arg-type]
+                if finished is not None:
+                    finished(call)
 
         handles = [
             module.register_forward_pre_hook(before, with_kwargs=True),
