@@ -187,10 +187,10 @@ CHECKED_FIELDS: tuple[RecorderField, ...] = tuple(f for f in RECORDER_FIELDS if 
 
 # The fields an intervention selects with (docs/interventions.md). The others only shape what a capture
 # keeps (detach, to, dtype), excuse a recorder that matches nothing (optional; `intervene(strict=False)`
-# is the edits' leniency), add the initial hidden state to a capture, or name the attention mask of the
-# padding-aware positions (`PADDING_POSITIONS`), which edits do not take.
+# is the edits' leniency) or add the initial hidden state to a capture. `mask` names the attention mask
+# of the padding-aware positions (`PADDING_POSITIONS`), for edits as for captures.
 EDIT_FIELDS: tuple[RecorderField, ...] = tuple(
-    f for f in RECORDER_FIELDS if f.name not in {"capture_initial_hidden_state", "detach", "to", "dtype", "optional", "mask"}
+    f for f in RECORDER_FIELDS if f.name not in {"capture_initial_hidden_state", "detach", "to", "dtype", "optional"}
 )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -20,7 +20,9 @@ from torch import nn
 
 from ._trace_checks import dead_hints
 from .engine import Collector, Intervention, RuntimeValue, Session, scope_modules, unwrap
-from .engine._editing import EditRow, edit_issue, install_edits, plan_edits
+from .engine._editing import EditRow, edit_issue, edits_watch, install_edits, plan_edits
+from .engine._edit_calls import CallCheck
+from .engine._padding import warning_state
 from .errors import SpecError, did_you_mean
 from .spec import Spec
 from ._spec_arg import SpecLike, as_spec
@@ -34,12 +36,13 @@ class InterventionHandle:
     """Edits put on a model by `apply_interventions`; `remove()` takes them off (idempotent). Also a
     context manager that removes them on exit. `paths` maps each intervention to the modules it edits."""
 
-    def __init__(self, interception: Any, paths: Mapping[str, tuple[str, ...]]) -> None:
-        self._interception = interception
+    def __init__(self, removers: Sequence[Callable[[], None]], paths: Mapping[str, tuple[str, ...]]) -> None:
+        self._removers = removers
         self.paths = paths
 
     def remove(self) -> None:
-        self._interception.remove()
+        for remove in self._removers:
+            remove()
 
     def __enter__(self) -> InterventionHandle:
         return self
@@ -116,13 +119,32 @@ def apply_interventions(
     """
     inner = unwrap(model)
     rows = planned_edits(inner, as_spec(inner, spec), values, strict=strict)
-    return InterventionHandle(install_edits(rows, None), _paths(rows))
+    installed = [install_edits(rows, None).remove]
+    check = CallCheck.of(rows)
+    watch = edits_watch(rows, check is not None)
+    if watch is not None:  # one padding warning per handle
+        installed.append(watch.hooks(inner, lambda: True, [False], None if check is None else check.finished))
+    if check is not None:
+        installed.append(check.install())
+    return InterventionHandle(installed, _paths(rows))
 
 
-def start_edits(stack: contextlib.ExitStack, rows: Sequence[EditRow], session: Session) -> Mapping[str, tuple[str, ...]]:
-    """Install `rows` for the calls `session` records (a block session); closing `stack` removes them."""
+def start_edits(
+    stack: contextlib.ExitStack, rows: Sequence[EditRow], session: Session, root: nn.Module
+) -> Mapping[str, tuple[str, ...]]:
+    """Install `rows` for the calls `session` records (a block session); closing `stack` removes them.
+    Edits with `positions` or `layers` also get the padding watch's hooks on `root`, whose calls are the
+    root calls (`engine._padding`): its mask places `last` / `first`, literal positions on padding warn
+    once per block, and so does an edited module of `layers` that runs twice in a call (`_edit_calls`)."""
     if rows:
         stack.callback(install_edits(rows, session).remove)
+        check = CallCheck.of(rows)
+        watch = edits_watch(rows, check is not None)
+        if watch is not None:
+            warned = warning_state(kind="intervention")
+            stack.callback(watch.hooks(root, session.recording, warned, None if check is None else check.finished))
+        if check is not None:
+            stack.callback(check.install())
     return _paths(rows)
 
 
@@ -163,6 +185,6 @@ def intervene(
     rows = planned_edits(inner, as_spec(inner, spec), values, strict=strict)
     session = Session(Collector(()), block=True)
     with contextlib.ExitStack() as stack:
-        paths = start_edits(stack, rows, session)
+        paths = start_edits(stack, rows, session, model)
         stack.callback(session.exit, session.enter())
         yield paths

@@ -224,7 +224,7 @@ def trace(
     run = kept.run()
     try:
         with contextlib.ExitStack() as stack:
-            start_edits(stack, edits, run.session)  # edited values are what the block's captures record
+            start_edits(stack, edits, run.session, outer)  # edited values are what the block's captures record
             run.start(stack, outer)
             yield Captures(run.lists, run.ends, run.paths, model)
         if run.ends:

@@ -35,8 +35,8 @@ class Intervention:
     `value` depends on the operation: `None` for `zero`; for `add` / `set` a float, a tuple of floats
     (a vector along the last dimension), a `torch.Tensor` (read from the spec's folder) or a
     `RuntimeValue`; a float for `scale`; `(low, high)` for `clamp`, either `None`. `heads` keeps the
-    edit to these heads of the last dimension, split in `head_dim`-sized heads (`None`: from the
-    model's `config.num_attention_heads`). `where` locates it in its spec for errors; `reference` is the
+    edit to these heads of the last dimension, split in `head_dim`-sized heads (`None`: by the head
+    count of the nearest module from the edited one up, `_heads`). `where` locates it in its spec for errors; `reference` is the
     `FILE.safetensors:NAME` a tensor value was read from (what `Spec.to_yaml` writes back). Equality and
     hashing ignore both; tensor values are equal when their dtype, shape and elements are (`torch.equal`).
     """

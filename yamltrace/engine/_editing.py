@@ -21,15 +21,19 @@ from torch import nn
 from torch.compiler import is_compiling
 
 from ..errors import PositionError, SpecError, SpecIssue
+from .._recorder_fields import PADDING_POSITIONS
 from ._edit import Intervention, RuntimeValue
 from ._edit_gates import install_edits
+from ._heads import HeadSources, count_heads, head_sources
+from ._padding import PaddingWatch, padding_rows, padding_watch
 from ._plan import plan_hooks
 from ._positions import InputSource, positions_index
 from ._selection import position_counter, resolve_positions
-from ._session import config_attribute
 
-__all__ = ["Edit", "EditRow", "edited_modules", "install_edits", "plan_edits", "edit_issue"]
+__all__ = ["Edit", "EditRow", "edited_modules", "edits_watch", "install_edits", "plan_edits", "edit_issue"]
 
+# A region step of `Edit.tensor`: (dim, index, per_row), `Edit._region` says what each means.
+Step = tuple[int, torch.Tensor, bool]
 _KEY = "intervention"  # the key an intervention's selector is planned under (never `hidden_states`)
 
 
@@ -43,21 +47,25 @@ def edit_issue(intervention: Intervention, message: str) -> SpecIssue:
 class Edit:
     """One intervention on one module (dotted `path`): `output(output)` or `inputs(args, kwargs)`
     returns what the module returns or receives, edited. `value` is this module's (a float, a tensor,
-    `(low, high)` or None); `heads` is the number of heads the last dimension splits into (with
-    `head_dim`, from the tensor's size)."""
+    `(low, high)` or None); `heads` is what the modules from this one up say about heads (`_heads`),
+    which the tensor's width turns into a count at the call (with `head_dim`, that width alone)."""
 
     __slots__ = (
         "iv", "path", "value", "index", "source", "positions", "seq_dim", "split", "heads", "whole", "_apply", "_cache",
-        "_tensor", "_grows",
+        "_tensor", "_grows", "_rows",
     )  # fmt: skip
 
-    def __init__(self, intervention: Intervention, path: str, value: Any, heads: int | None) -> None:
+    def __init__(self, intervention: Intervention, path: str, value: Any, heads: HeadSources) -> None:
         select = intervention.select
         self.iv, self.path, self.value, self.heads = intervention, path, value, heads
         self.split = intervention.heads is not None  # the edit keeps to some heads
         self.index = select.index
         self.source = None if select.input is None else InputSource(select.input, select.target_class)
         self.positions, self.seq_dim = select.positions, select.seq_dim
+        # `last` / `first`: per row, by the root call's mask (`_padding`); without one, `[-1]` / `[0]`.
+        self._rows = select.positions if select.positions in PADDING_POSITIONS else None
+        if self._rows is not None:
+            self.positions = (-1,) if self._rows == "last" else (0,)
         self.whole = self.positions is None and not self.split  # the whole tensor is edited
         # add and scale are torch's own functions (no Python frame per call); the others are methods.
         builtins: dict[str, Callable[[torch.Tensor, Any], torch.Tensor]] = {"add": torch.add, "scale": torch.mul}
@@ -115,24 +123,29 @@ class Edit:
             value = self._matched(t)
         full = isinstance(value, torch.Tensor) and value.dim() > 1 and value.shape == t.shape
         view, steps = t, []
-        if self.positions is not None:
-            dim = self._seq(t)
-            steps.append((dim, self._positions(t.shape[dim], t.device)))
         if self.split:
             count = self._head_count(t)
             view = t.reshape(t.shape[:-1] + (count, t.shape[-1] // count))
             value = value.reshape(view.shape) if full else value
-            steps.append((view.dim() - 2, self._heads(count, t.device)))
-        one = self.positions is not None and len(steps[0][1]) == 1
+            steps.append((view.dim() - 2, self._heads(count, t.device), False))
+        if self.positions is not None:
+            steps.insert(0, self._position_step(view, self._seq(t)))
+        one = self.positions is not None and (steps[0][2] or len(steps[0][1]) == 1)
         if one and not full and isinstance(value, torch.Tensor) and 2 <= value.dim() == view.dim() - 1:
             value = value.unsqueeze(steps[0][0])  # a value for one position, without the sequence dimension
         edited = self._region(view, value, steps, full)
         return edited.flatten(-2) if self.split else edited
 
-    def _region(self, x: torch.Tensor, value: Any, steps: list[tuple[int, torch.Tensor]], full: bool) -> torch.Tensor:
+    def _region(self, x: torch.Tensor, value: Any, steps: list[Step], full: bool) -> torch.Tensor:
+        """`x` with the region `steps` select edited: each step `(dim, index, per_row)` takes `index`
+        along `dim` (`index_select`, put back by `index_copy`), or with `per_row` one position per row
+        (`gather`, put back by `scatter`); all out of place, so autograd sees the edit."""
         if not steps:
             return self._edited(x, value)
-        (dim, index), rest = steps[0], steps[1:]
+        (dim, index, per_row), rest = steps[0], steps[1:]
+        if per_row:
+            part = self._region(x.gather(dim, index), value.gather(dim, index) if full else value, rest, full)
+            return x.scatter(dim, index, part)
         part = self._region(x.index_select(dim, index), value.index_select(dim, index) if full else value, rest, full)
         return x.index_copy(dim, index, part)
 
@@ -182,6 +195,18 @@ class Edit:
             )
         return self.seq_dim % t.dim()
 
+    def _position_step(self, view: torch.Tensor, dim: int) -> Step:
+        """The step of `positions` along `dim` of `view`: literal positions, or with `last` / `first` each
+        row's real one by the root call's mask (`padding_rows`; literal `[-1]` / `[0]` without one)."""
+        if self._rows is not None:
+            try:
+                index = padding_rows(self._rows, dim, self.iv.select.mask, view)
+            except PositionError as e:
+                raise self.error(str(e)) from None
+            if index is not None:
+                return dim, index, True
+        return dim, self._positions(view.shape[dim], view.device), False
+
     def _positions(self, length: int, device: torch.device) -> torch.Tensor:
         return self._cached(("positions", length, device), lambda: _index_tensor(self._picked(length), device))  # type: ignore[no-any-return]
 
@@ -196,7 +221,12 @@ class Edit:
 
     def _head_count(self, t: torch.Tensor) -> int:
         size, head_dim = t.shape[-1], self.iv.head_dim
-        count = size // head_dim if head_dim else self.heads
+        count = size // head_dim if head_dim else count_heads(self.heads, size)
+        if count is None:
+            raise self.error(
+                f"no module from {self.path.lstrip('.') or '<root>'} up to the root says how its last dimension ({size}) "
+                "splits into heads (num_heads, head_dim or config.num_attention_heads); set head_dim."
+            )
         if not count or size % count or (head_dim and count * head_dim != size):
             split = f"heads of {head_dim}" if head_dim else f"{count} heads"
             raise self.error(f"its last dimension ({size}, shape {tuple(t.shape)}) does not split into {split}; set head_dim.")
@@ -253,13 +283,12 @@ def plan_edits(
     """For each intervention in order, the modules it edits (`edited_modules`), each with its value
     (`values[NAME]` for `{value: NAME}`: one tensor for all, or a sequence of one per module).
     `SpecError` for a value missing or miscounted."""
-    config = getattr(root, "config", None)
     planned = []
     for iv in interventions:
         modules = edited_modules(root, iv)
         per_module = _values(iv, len(modules), values)
         edits = [
-            EditRow(module, path, Edit(iv, path, value, _heads(iv, module, config)))
+            EditRow(module, path, Edit(iv, path, value, _heads(iv, root, path)))
             for (module, path), value in zip(modules, per_module)
         ]
         planned.append((iv, edits))
@@ -271,23 +300,13 @@ def _values(iv: Intervention, count: int, values: Mapping[str, Any]) -> list[Any
     value = iv.value
     if isinstance(value, RuntimeValue):
         if value.name not in values:
-            raise SpecError(
-                [
-                    edit_issue(
-                        iv, f"intervention {iv.name!r} takes {{value: {value.name}}}: pass values={{{value.name!r}: tensor}}."
-                    )
-                ]
-            )
+            raise _error(iv, f"intervention {iv.name!r} takes {{value: {value.name}}}: pass values={{{value.name!r}: tensor}}.")
         given = values[value.name]
         if isinstance(given, (list, tuple)):
             if len(given) != count:
-                raise SpecError(
-                    [
-                        edit_issue(
-                            iv,
-                            f"values[{value.name!r}] holds {len(given)} tensors for the {count} modules intervention {iv.name!r} edits; give one per module, or one tensor for all.",
-                        )
-                    ]
+                raise _error(
+                    iv,
+                    f"values[{value.name!r}] holds {len(given)} tensors for the {count} modules intervention {iv.name!r} edits; give one per module, or one tensor for all.",
                 )
             return [_as_value(iv, v) for v in given]
         value = given
@@ -296,38 +315,41 @@ def _values(iv: Intervention, count: int, values: Mapping[str, Any]) -> list[Any
     return [_as_value(iv, value)] * count
 
 
+def _error(iv: Intervention, message: str) -> SpecError:
+    return SpecError([edit_issue(iv, message)])
+
+
 def _as_value(iv: Intervention, value: Any) -> Any:
     """`value`, when the operation can take it (a `SpecError` located at the intervention otherwise)."""
     if iv.operation == "clamp":
         if not isinstance(value, tuple) or len(value) != 2 or value == (None, None):
-            raise SpecError(
-                [edit_issue(iv, f"intervention {iv.name!r}: clamp takes [low, high], at most one of them null; got {value!r}.")]
-            )
+            raise _error(iv, f"intervention {iv.name!r}: clamp takes [low, high], at most one of them null; got {value!r}.")
         return value
     if iv.operation != "zero" and (not isinstance(value, (torch.Tensor, int, float)) or isinstance(value, bool)):
-        raise SpecError(
-            [
-                edit_issue(
-                    iv, f"intervention {iv.name!r}: its value is a {type(value).__name__}; give a number, a vector or a tensor."
-                )
-            ]
-        )
+        raise _error(iv, f"intervention {iv.name!r}: its value is a {type(value).__name__}; give a number, a vector or a tensor.")
     return value
 
 
-def _heads(iv: Intervention, module: nn.Module, config: Any) -> int | None:
-    """The number of heads an intervention with `heads` splits into: from `head_dim` at the call,
-    else the module's config's (or the model's) `num_attention_heads`."""
+def _heads(iv: Intervention, root: nn.Module, path: str) -> HeadSources:
+    """What the modules from the edited one (dotted `path`) up to `root` say about heads, for an
+    intervention with `heads` and no `head_dim`: the count is taken at the call, from the tensor's
+    width, by the rule `Captures.split_heads` follows (`_heads.head_count`)."""
     if iv.heads is None or iv.head_dim is not None:
-        return None
-    for owner in (getattr(module, "config", None), config):
-        count = config_attribute(owner, "num_attention_heads", None) if owner is not None else None
-        if isinstance(count, int) and count > 0:
-            return count
-    raise SpecError(
-        [
-            edit_issue(
-                iv, f"intervention {iv.name!r} selects heads, but the model's config has no num_attention_heads; set head_dim."
-            )
-        ]
-    )
+        return ()
+    sources = head_sources(root, path.lstrip("."))
+    if not sources:
+        raise _error(
+            iv,
+            f"intervention {iv.name!r} selects heads, but neither module {path.lstrip('.') or '<root>'} nor any "
+            "above it has num_heads, head_dim or a config's num_attention_heads; set head_dim.",
+        )
+    return sources
+
+
+def edits_watch(rows: Sequence[EditRow], checked: bool = False) -> PaddingWatch | None:
+    """The padding watch of planned edits (`_padding`): what publishes the root call to `positions:
+    last` / `first` and, when `checked`, to the check of `layers` (`_edit_calls`), and warns when
+    literal positions edit padding; None when no edit keeps positions and nothing is `checked`."""
+    interventions = dict.fromkeys(row.edit.iv for row in rows)  # each once, in order
+    watch = padding_watch(((iv.name, iv.select.positions, iv.select.mask) for iv in interventions), "intervention")
+    return PaddingWatch((), "intervention", aware=False) if watch is None and checked else watch

@@ -25,13 +25,14 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.compiler import is_dynamo_compiling
 
 from .._recorder_fields import PADDING_POSITIONS
 from ..errors import PositionError
 from ._wrappers import unwrap
 
 __all__ = [
-    "DEFAULT_MASK", "PaddingWatch", "RootCall", "padding_selector", "padding_watch", "root_call", "shared_warning",
+    "DEFAULT_MASK", "PaddingWatch", "RootCall", "padding_rows", "padding_selector", "padding_watch", "root_call", "shared_warning",
     "plan_watch", "tasks_watch", "warning_state",
 ]  # fmt: skip
 
@@ -39,19 +40,22 @@ DEFAULT_MASK = "attention_mask"  # the argument read when a recorder names none 
 # The running root call, or None (no capture with positions runs in this context).
 root_call: ContextVar[RootCall | None] = ContextVar("yamltrace_root_call", default=None)
 # A warning state shared by the traces of one `extract` run (`shared_warning`): one warning per run.
-_shared: ContextVar[list[bool] | None] = ContextVar("yamltrace_padding_warned", default=None)
+_shared: ContextVar[dict[str, list[bool]] | None] = ContextVar("yamltrace_padding_warned", default=None)
 
 
 class RootCall:
     """The arguments of one root call, and what was read from them: each named mask as a bool
     `[batch, seq]` tensor (None: not passed), each row index (`rows`)."""
 
-    __slots__ = ("args", "kwargs", "places", "masks", "indices")
+    __slots__ = ("args", "kwargs", "places", "masks", "indices", "owner", "token", "calls")
 
     def __init__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.args, self.kwargs, self.places = args, kwargs, _places(type(unwrap(module)))
         self.masks: dict[str, torch.Tensor | None] = {}
         self.indices: dict[tuple[Any, ...], torch.Tensor] = {}
+        self.owner: object = None  # the hooks that published it (`PaddingWatch.hooks`), with their token
+        self.token: Token[Any] | None = None
+        self.calls: dict[int, int] = {}  # calls of edited modules in this call, by id (`_edit_calls`)
 
     def argument(self, name: str) -> Any:
         """The argument `name` of the call (keyword, else by its place), or None."""
@@ -141,40 +145,53 @@ def _row_index(mask: torch.Tensor, name: str, which: str, length: int) -> torch.
     return index
 
 
+def padding_rows(which: str, seq_dim: int, mask: str | None, value: torch.Tensor) -> torch.Tensor | None:
+    """Per row of `value`, the index of its `which` ("last" / "first") real position along `seq_dim`,
+    by the running root call's mask `mask` (default `attention_mask`), shaped to `gather` `value`
+    (`[batch, 1, ...]`); None where no root call or mask is known (then `last` is `[-1]`, `first` is
+    `[0]`). `PositionError` for a `seq_dim` that is not a sequence dimension, or a mask that is not one.
+    What a capture (`padding_selector`) and an edit (`_editing.Edit`) with `positions: last` both read."""
+    call = root_call.get()
+    if call is None:
+        return None
+    ndim = value.dim()
+    if not -ndim <= seq_dim < ndim or seq_dim % ndim == 0:
+        raise PositionError(
+            f"positions {which!r} select along dim {seq_dim}, but the tensor has shape {tuple(value.shape)} "
+            "(dimension 0 is the batch); set seq_dim to its sequence dimension."
+        )
+    return call.rows(mask or DEFAULT_MASK, which, value, seq_dim % ndim)
+
+
 def padding_selector(which: str, seq_dim: int, mask: str | None, fallback: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """A selector keeping, per row, the `which` ("last" / "first") real position along `seq_dim`, by
-    the root call's mask `mask` (default `attention_mask`); `fallback` (the literal `[-1]` / `[0]`
-    selector) where no root call or mask is known, and for values that are not tensors. The
-    dimension is kept (`[batch, 1, ...]`, as `[-1]` gives); the result is a copy (`gather`)."""
-    name = mask or DEFAULT_MASK
+    """A selector keeping, per row, the `which` ("last" / "first") real position along `seq_dim`
+    (`padding_rows`); `fallback` (the literal `[-1]` / `[0]` selector) where no root call or mask is
+    known, and for values that are not tensors. The dimension is kept (`[batch, 1, ...]`, as `[-1]`
+    gives); the result is a copy (`gather`)."""
 
     def select(value: Any) -> Any:
-        call = root_call.get()
-        if call is None or not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor):
             return fallback(value)
-        ndim = value.dim()
-        if not -ndim <= seq_dim < ndim or seq_dim % ndim == 0:
-            raise PositionError(
-                f"positions {which!r} select along dim {seq_dim}, but the tensor has shape {tuple(value.shape)} "
-                "(dimension 0 is the batch); set the recorder's seq_dim to its sequence dimension."
-            )
-        index = call.rows(name, which, value, seq_dim % ndim)
-        return fallback(value) if index is None else value.gather(seq_dim % ndim, index)
+        index = padding_rows(which, seq_dim, mask, value)
+        return fallback(value) if index is None else value.gather(seq_dim % value.dim(), index)
 
     select.copies = True  # type: ignore[attr-defined]
     return select
 
 
 class PaddingWatch:
-    """What a capture whose recorders keep `positions` does around each root call (`enter`, `exit`):
-    publish the call (`root_call`) for the `last` / `first` selectors, and check the `literal`
-    recorders, `(output name, positions, mask name)`: when a position falls on padding in a row of
-    the call's mask, warn (once per `warned` state), naming the fix."""
+    """What a capture (or the edits) whose recorders keep `positions` does around each root call
+    (`enter`, `exit`): publish the call (`root_call`) for `last` / `first`, and check the `literal`
+    selections, `(name, positions, mask name)`: when a position falls on padding in a row of the
+    call's mask, warn (once per `warned` state), naming the fix. `kind` is what the selections are:
+    "output" (a capture's) or "intervention" (edits', which then change padding)."""
 
-    __slots__ = ("literal",)
+    __slots__ = ("literal", "kind", "aware")
 
-    def __init__(self, literal: tuple[tuple[str, tuple[int, ...] | str, str], ...]) -> None:
-        self.literal = literal
+    def __init__(
+        self, literal: tuple[tuple[str, tuple[int, ...] | str, str], ...], kind: str = "output", aware: bool = True
+    ) -> None:
+        self.literal, self.kind, self.aware = literal, kind, aware  # aware: some selection is last / first
 
     def enter(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], warned: list[bool]) -> Token[Any]:
         """A root call of `module` starts; pass the token to `exit` when it ends."""
@@ -207,6 +224,46 @@ class PaddingWatch:
 
         return enter, exit
 
+    def hooks(
+        self,
+        module: nn.Module,
+        is_active: Callable[[], bool],
+        warned: list[bool],
+        finished: Callable[[RootCall], None] | None = None,
+    ) -> Callable[[], None]:
+        """`enter` and `exit` as forward hooks on `module` (the exit one runs also when the forward
+        raises), for calls made while `is_active()`, `finished(call)` as each ends; returns their remover. Unlike an interception
+        frame, hooks leave `module.forward`'s signature as it is, which `generate` reads (whether the
+        model takes `logits_to_keep`, `attention_mask`, `position_ids`)."""
+        owner = object()
+
+        def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            # Dynamo cannot set a ContextVar: inside compiled code, skip the root call where nothing needs
+            # it (only warnings); with `last` / `first`, set it anyway, so dynamo runs this hook eagerly
+            # (a graph break; an error under fullgraph), never a silent fallback to [-1] / [0].
+            if (self.aware or not is_dynamo_compiling()) and is_active():
+                token = self.enter(module, args, kwargs, warned)
+                call: RootCall = root_call.get()  # type: ignore[assignment]
+                call.owner, call.token = owner, token
+
+        def after(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+            call = None if is_dynamo_compiling() else root_call.get()
+            if call is not None and call.owner is owner:
+                root_call.reset(call.token)  # type: ignore[arg-type]
+                if finished is not None:
+                    finished(call)
+
+        handles = [
+            module.register_forward_pre_hook(before, with_kwargs=True),
+            module.register_forward_hook(after, with_kwargs=True, always_call=True),
+        ]
+
+        def remove() -> None:
+            for handle in handles:
+                handle.remove()
+
+        return remove
+
     def _padded(self, call: RootCall) -> str | None:
         """The warning for the literal recorders whose positions select padding in this call, or None."""
         found = []
@@ -220,16 +277,24 @@ class PaddingWatch:
             if rows:
                 written = positions if isinstance(positions, str) else list(positions)
                 found.append(
-                    f"output {output!r} (positions {written!r}): {len(rows)} of {mask.shape[0]} row(s) of {name!r}, rows {rows[:8]}"
+                    f"{self.kind} {output!r} (positions {written!r}): {len(rows)} of {mask.shape[0]} row(s) of {name!r}, rows {rows[:8]}"
                 )
         if not found:
             return None
+        what, once = _WORDS[self.kind]
         return (
-            "yamltrace: literal positions fall on padding, so these captures hold padding tokens, not text: "
+            f"yamltrace: literal positions fall on padding, so {what}, not text: "
             + "; ".join(found)
             + ". Write `positions: last` (or `first`) for each row's last (first) real token, which follows the "
-            "attention mask; literal positions count from the padded ends. (Warned once per trace.)"
+            f"attention mask; literal positions count from the padded ends. (Warned once per {once}.)"
         )
+
+
+# Per kind of watch: what a literal position on padding means, and how often it is said.
+_WORDS = {
+    "output": ("these captures hold padding tokens", "trace"),
+    "intervention": ("these edits change padding tokens", "intervene block or interventions handle"),
+}
 
 
 def _step_length(call: RootCall, name: str, total: int) -> int:
@@ -252,8 +317,11 @@ def _selected(positions: tuple[int, ...] | str, length: int) -> list[int]:
     return absolute if all(0 <= p < length for p in absolute) else []
 
 
-def padding_watch(selections: Iterable[tuple[str, tuple[int, ...] | str | None, str | None]]) -> PaddingWatch | None:
-    """The watch of a capture's `(output name, positions, mask)` selections, None when none keeps positions."""
+def padding_watch(
+    selections: Iterable[tuple[str, tuple[int, ...] | str | None, str | None]], kind: str = "output"
+) -> PaddingWatch | None:
+    """The watch of a capture's `(output name, positions, mask)` selections (or edits', `kind`
+    "intervention"), None when none keeps positions."""
     literal, aware = [], False
     for output, positions, mask in selections:
         if positions is None:
@@ -262,7 +330,7 @@ def padding_watch(selections: Iterable[tuple[str, tuple[int, ...] | str | None, 
             aware = True
         else:
             literal.append((output, positions, mask or DEFAULT_MASK))
-    return PaddingWatch(tuple(dict.fromkeys(literal))) if literal or aware else None
+    return PaddingWatch(tuple(dict.fromkeys(literal)), kind, aware) if literal or aware else None
 
 
 def plan_watch(plan: Any) -> PaddingWatch | None:
@@ -278,12 +346,13 @@ def plan_watch(plan: Any) -> PaddingWatch | None:
     )
 
 
-def warning_state(model: nn.Module | None = None) -> list[bool]:
-    """Whether the padding warning was given: the state `shared_warning` opened in this context, else
-    `model`'s (one warning per decorated model), else a new one (one per `trace` block)."""
+def warning_state(model: nn.Module | None = None, kind: str = "output") -> list[bool]:
+    """Whether the padding warning of a `kind` of watch (`PaddingWatch`) was given: the state
+    `shared_warning` opened in this context, else `model`'s (one warning per decorated model), else a
+    new one (one per `trace` or `intervene` block)."""
     shared = _shared.get()
     if shared is not None:
-        return shared
+        return shared.setdefault(kind, [False])
     if model is None:
         return [False]
     state = _BY_MODEL.get(model)
@@ -297,8 +366,9 @@ _BY_MODEL: weakref.WeakKeyDictionary[nn.Module, list[bool]] = weakref.WeakKeyDic
 
 @contextlib.contextmanager
 def shared_warning() -> Iterator[None]:
-    """A context in which every capture shares one padding warning (`extract`: one per run)."""
-    token = _shared.set([False])
+    """A context in which every capture shares one padding warning, and all edits another (`extract`:
+    one per run)."""
+    token = _shared.set({})
     try:
         yield
     finally:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._recorder_fields import EDIT_FIELDS, MAX_RECORDER_INDEX, PADDING_POSITIONS, RECORDER_FIELDS, RecorderField, default_index
+from .._recorder_fields import EDIT_FIELDS, MAX_RECORDER_INDEX, RECORDER_FIELDS, RecorderField, default_index
 from ._walk import Site, document_sections, sites
 
 __all__ = [
@@ -220,8 +220,7 @@ def _field_issues(site: Site, fields: tuple[RecorderField, ...], fail: Issue) ->
 
 
 def intervention_issues(data: Mapping[str, Any], fail: Issue) -> None:
-    """Interventions that would load but cannot run: too many, selector fields out of range, positions by
-    the attention mask, heads out of range, numbers that are not finite, an empty or reversed clamp, too
+    """Interventions that would load but cannot run: too many, selector fields out of range, heads out of range, numbers that are not finite, an empty or reversed clamp, too
     many tensor files."""
     found = intervention_sites(data)
     if len(found) > MAX_INTERVENTIONS:
@@ -232,9 +231,6 @@ def intervention_issues(data: Mapping[str, Any], fail: Issue) -> None:
         if not isinstance(site.value, Mapping):
             continue
         _field_issues(site, EDIT_FIELDS, fail)
-        if site.value.get("positions") in PADDING_POSITIONS:
-            fail((*site.path, "positions"), f"positions {site.value['positions']} (by the attention mask) selects what a "
-                 "capture keeps, not what an edit changes; give positions as numbers ([-1]) or a slice ('-8:')")  # fmt: skip
         for i, head in enumerate(site.value.get("heads") or ()):
             if isinstance(head, int) and head > MAX_RECORDER_INDEX:
                 fail((*site.path, "heads", i), f"head {head} is out of range; use 0 .. {MAX_RECORDER_INDEX}")

@@ -65,3 +65,36 @@ def test_other_edit_values_are_another_run(model, batches, tmp_path) -> None:
     extract(model, RUNTIME, batches[:2], tmp_path / "out", progress=False, values={"direction": VECTOR})
     with pytest.raises(yamltrace.YamltraceError, match="another run"):
         extract(model, RUNTIME, batches, tmp_path / "out", progress=False, values={"direction": 2 * VECTOR})
+
+
+def test_positions_last_steers_each_rows_last_real_token(model, batches, tmp_path) -> None:
+    padded = []
+    for batch in batches:  # right padding: rows of 6, 4 and 2 real tokens
+        mask = torch.zeros_like(batch["attention_mask"])
+        for row, length in zip(range(mask.shape[0]), (6, 4, 2)):
+            mask[row, :length] = 1
+        padded.append({"input_ids": batch["input_ids"], "attention_mask": mask})
+    spec = {**RUNTIME, "interventions": {"steer": {**RUNTIME["interventions"]["steer"], "positions": "last"}}}
+    acts = extract(model, spec, padded, tmp_path / "out", progress=False, values={"direction": VECTOR})
+    seen: dict[str, torch.Tensor] = {}
+
+    def steer(module, args, out):
+        out = out.clone()
+        for row, real in enumerate(seen["mask"]):
+            out[row, int(real.nonzero().max())] += VECTOR
+        return out
+
+    handles = [
+        model.register_forward_pre_hook(lambda m, a, k: seen.update(mask=k["attention_mask"]), with_kwargs=True),
+        model.layers[1].register_forward_hook(steer),
+    ]
+    try:
+        with torch.inference_mode(), yamltrace.trace(model, {"hidden_states": type(model.layers[0])}) as captures:
+            for batch in padded:
+                model(**batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    steps = [dict(step)["hidden_states"] for step in captures.steps]
+    for layer in range(len(steps[0])):
+        assert torch.equal(acts.get("hidden_states", layer), torch.cat([step[layer] for step in steps])), layer

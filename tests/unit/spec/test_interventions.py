@@ -50,7 +50,8 @@ def test_the_intervention_selector_fields_are_the_recorder_fields_by_reference()
     }
     assert selector == {f.key for f in EDIT_FIELDS}
     assert all(properties[key]["$ref"] == f"#/$defs/recorderObject/properties/{key}" for key in selector)
-    assert not {"detach", "to", "dtype", "optional", "capture_initial_hidden_state", "mask"} & set(properties)
+    assert not {"detach", "to", "dtype", "optional", "capture_initial_hidden_state"} & set(properties)
+    assert "mask" in selector  # it names the attention mask of positions last / first, as for captures
 
 
 @pytest.mark.parametrize(
@@ -61,7 +62,7 @@ def test_the_intervention_selector_fields_are_the_recorder_fields_by_reference()
         ("a: {target: X, add: 1, scale: 2, clamp: [0, 1]}", "$.interventions.a: more than one operation"),
         ("a: {target: X, zero: true, detach: true}", "$.interventions.a.detach: unknown key 'detach'"),
         ("a: {target: X, zero: true, optional: true}", "$.interventions.a.optional: unknown key 'optional'"),
-        ("a: {target: X, zero: true, mask: attention_mask}", "$.interventions.a.mask: unknown key 'mask'"),
+        ("a: {target: X, zero: true, mask: attention_mask}", "$.interventions.a: mask names the attention mask that positions"),
         ("a: {target: X, zero: true, hed_dim: 4}", "$.interventions.a.hed_dim: unknown key 'hed_dim'; did you mean 'head_dim'?"),
         ("a: {zero: true}", "$.interventions.a: give exactly one of 'target' (a class) or 'class_name'"),
         ("a: {target: X, class_name: y, zero: true}", "$.interventions.a: give exactly one of 'target'"),
@@ -102,7 +103,6 @@ def test_validate_locates_each_schema_error_at_the_intervention(entry: str, mess
         ("a: {target: X, zero: true, layers: [99999999]}", "$.interventions.a.layers[0]: layer 99999999 is out of range"),
         ("a: {target: X, zero: true, positions: '1:2:0'}", "$.interventions.a.positions: the step of slice '1:2:0'"),
         ("a: {target: '__main__:X', zero: true}", "$.interventions.a.target: '__main__:X' names a __main__ module"),
-        ("a: {target: X, zero: true, positions: last}", "$.interventions.a.positions: positions last (by the attention mask)"),
     ],
 )
 def test_validate_refuses_interventions_that_cannot_run(entry: str, message: str) -> None:
@@ -110,6 +110,22 @@ def test_validate_refuses_interventions_that_cannot_run(entry: str, message: str
         validate_spec(spec_text(entry))
     (issue,) = caught.value.issues
     assert issue.render().startswith("<string>:3:") and message in issue.render()
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "a: {target: X, positions: last, add: 1.0}",
+        "a: {target: X, positions: first, zero: true}",
+        "a: {target: X, positions: last, mask: decoder_attention_mask, seq_dim: 1, scale: 2.0}",
+    ],
+)
+def test_positions_last_and_first_and_mask_are_valid_for_interventions(entry: str) -> None:
+    spec = load_spec(spec_text(entry.replace("target: X", "target: torch.nn:Linear")))
+    (edit,) = spec.interventions
+    assert edit.select.positions in ("last", "first")
+    assert edit.select.mask == ("decoder_attention_mask" if "mask:" in entry else None)
+    validate_spec(spec_text(entry))
 
 
 def test_numbers_that_are_not_finite_are_refused() -> None:
