@@ -34,7 +34,9 @@ from typing import Any
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks
 
-__all__ = ["Listener", "Enter", "Exit", "InputEdit", "OutputEdit", "INPUTS", "OUTPUTS", "Interception", "intercept"]
+__all__ = [
+    "Listener", "Enter", "Exit", "InputEdit", "OutputEdit", "INPUTS", "OUTPUTS", "Interception", "intercept", "Prepared",
+]  # fmt: skip
 
 # Called after the module's forward returned: (its context, positional args, keyword args, output).
 Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
@@ -213,9 +215,9 @@ class Interception:
     """Listeners, frames and edits installed together on several modules; `remove()` takes them all
     off (idempotent)."""
 
-    __slots__ = ("_installed", "_dicts", "_forwards", "_hooks", "_hook_counts", "_given")
+    __slots__ = ("_installed", "_dicts", "_forwards", "_hooks", "_hook_counts")
 
-    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, Any, str]], given: Any = ((), (), ())) -> None:
+    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, Any, str]]) -> None:
         self._installed = installed  # (module, its interceptor, what was installed, the tuple it joined)
         # Each module's `__dict__` and the `forward` it held once installed (for `intact`).
         self._dicts = [module.__dict__ for module, _, _, _ in installed]
@@ -223,13 +225,6 @@ class Interception:
         # Each module's forward hooks and how many there were, then the global ones' count.
         self._hooks = [module._forward_hooks for module, _, _, _ in installed]
         self._hook_counts = [*map(len, self._hooks), len(_global_forward_hooks)]
-        self._given = given  # the items, frames and edits `intercept` was given (for `again`)
-
-    def again(self) -> Interception:
-        """The same listeners, frames and edits installed anew, as `intercept` installed them (this one
-        is removed first): a `trace` run kept for its plan installs the same ones for each block."""
-        self.remove()
-        return intercept(*self._given)
 
     def intact(self) -> bool:
         """Whether every intercepted module still calls its interceptor as installed: no forward hook
@@ -299,7 +294,7 @@ def intercept(
             setattr(interceptor, kind, getattr(interceptor, kind) + (entry,))
             installed.append((module, interceptor, entry, kind))
             _bind(module, interceptor)
-    return Interception(installed, (items, frames, edits))
+    return Interception(installed)
 
 
 def _interceptor_on(module: nn.Module) -> _Interceptor:
@@ -311,3 +306,86 @@ def _interceptor_on(module: nn.Module) -> _Interceptor:
         interceptor = _Interceptor(module.forward, shadowed)
         own[_FORWARD] = interceptor.forward
     return interceptor
+
+
+# A module's kept interceptor: (module, interceptor, its bound `forward`, listeners, frames).
+_Kept = tuple[nn.Module, _Interceptor, Callable[..., Any], tuple[tuple[Listener, Any], ...], tuple[tuple[Enter, Exit], ...]]
+
+
+class Prepared:
+    """Listeners and frames installed again and again, one installation at a time (a `trace` run
+    kept for its plan installs the same ones for each block): `install()`, then `remove()`.
+
+    Each module's interceptor is built once, its tuples holding exactly the module's entries. A module
+    with no `forward` of its own and no forward hooks when installed (the common case) gets only its
+    `forward` entry set, and deleted at removal while the interceptor still holds its entries alone.
+    Any other module, and one whose interceptor others joined meanwhile, takes `intercept`'s way (its
+    interceptor is then built again), so what a call sees is what `intercept` would have installed.
+    """
+
+    __slots__ = ("_kept", "_fast", "_slow")
+
+    def __init__(self, items: Iterable[tuple[nn.Module, Listener, Any]], frames: Iterable[tuple[nn.Module, Enter, Exit]]) -> None:
+        entries: dict[int, tuple[nn.Module, list[tuple[Listener, Any]], list[tuple[Enter, Exit]]]] = {}
+        for module, listener, context in items:
+            entries.setdefault(id(module), (module, [], []))[1].append((listener, context))
+        for module, enter, exit in frames:
+            entries.setdefault(id(module), (module, [], []))[2].append((enter, exit))
+        # Per module: the module, its interceptor, the `forward` set on it, its listeners and frames.
+        self._kept = [_kept_interceptor(module, tuple(listeners), tuple(frames)) for module, listeners, frames in entries.values()]
+        self._fast: list[_Kept] = []  # installed by setting `forward`
+        self._slow: Interception | None = None  # installed by `intercept`
+
+    def install(self) -> None:
+        """Install every listener and frame (`intercept`'s semantics)."""
+        slow = []
+        with _lock:
+            hooked = bool(_global_forward_hooks)
+            for kept in self._kept:
+                module = kept[0]
+                own = module.__dict__
+                if hooked or _FORWARD in own or module._forward_hooks:
+                    slow.append(kept)
+                    continue
+                kept[1].inner = module.forward  # the class's forward, bound now (it may have changed)
+                own[_FORWARD] = kept[2]
+                self._fast.append(kept)
+        if slow:
+            items = [(k[0], *listener) for k in slow for listener in k[3]]
+            self._slow = intercept(items, [(k[0], *frame) for k in slow for frame in k[4]])
+
+    def remove(self) -> None:
+        """Remove what `install` installed (idempotent)."""
+        fast, self._fast = self._fast, []
+        slow, self._slow = self._slow, None
+        joined = []
+        with _lock:
+            for kept in fast:
+                module, interceptor, method, listeners, frames = kept
+                own = module.__dict__
+                if (
+                    own.get(_FORWARD) is method
+                    and interceptor.listeners == listeners
+                    and interceptor.frames == frames
+                    and not (interceptor.inputs or interceptor.outputs or interceptor.late)
+                ):
+                    del own[_FORWARD]
+                else:
+                    joined.append(kept)
+        if slow is not None:
+            slow.remove()
+        if joined:
+            # Others joined these interceptors, or set `forward` over them: removed as `intercept`'s are.
+            entries = [(k[0], k[1], entry, _LISTENERS) for k in joined for entry in k[3]]
+            Interception(entries + [(k[0], k[1], entry, _FRAMES) for k in joined for entry in k[4]]).remove()
+            renewed = {id(k): _kept_interceptor(k[0], k[3], k[4]) for k in joined}
+            self._kept = [renewed.get(id(k), k) for k in self._kept]
+
+
+def _kept_interceptor(
+    module: nn.Module, listeners: tuple[tuple[Listener, Any], ...], frames: tuple[tuple[Enter, Exit], ...]
+) -> _Kept:
+    """An interceptor for `Prepared`, holding the module's listeners and frames (`inner` set at install)."""
+    interceptor = _Interceptor(module.forward)
+    interceptor.listeners, interceptor.frames = listeners, frames
+    return (module, interceptor, interceptor.forward, listeners, frames)

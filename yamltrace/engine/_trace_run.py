@@ -23,8 +23,8 @@ from typing import Any
 
 from torch import nn
 
-from ._collector import Collector, install_hooks
-from ._intercept import Interception, intercept
+from ._collector import Collector, hook_listeners
+from ._intercept import Interception, Prepared, intercept
 from ._padding import plan_watch, warning_state
 from ._session import Session, tie_last_hidden_state
 from ._trace_plan import TracePlan
@@ -48,7 +48,8 @@ class TraceRun:
         self.session = Session(Collector(()), block=True)
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
         self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
-        self._installed: list[Interception] = []  # the hooks and frames of the last block
+        self._prepared: Prepared | None = None  # the listeners and frames, installed for each block
+        self._padding: Interception | None = None  # the padding watch's frame of this block
         self._outer: nn.Module | None = None  # the module whose calls the frames delimit as steps
         self._empty()
 
@@ -70,26 +71,26 @@ class TraceRun:
         stack.callback(self.session.exit, self.session.enter())
 
     def _install(self, outer: nn.Module) -> None:
-        """Install the listeners and frames: those of the last block again, or new ones for a new `outer`."""
-        previous, self._installed = self._installed, []
+        """Install the listeners and frames: those prepared for the last block again, or new ones for a new `outer`."""
         if self.padding is not None:  # first: the mask is known to every role of the call, ties included
             frame = (outer, *self.padding.frame(outer, self.session.recording, warning_state()))
-            self._installed.append(intercept([], [frame]))
-            previous = previous[1:]
-        if previous and outer is self._outer:
-            for handle in previous:
-                self._installed.append(handle.again())
-            return
-        self._outer = outer
-        for scope in self.plan.scopes:
-            if scope.exposed and scope.hooks:
-                gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
-                self._installed.append(install_hooks(list(scope.hooks), gate))
-        self._installed.append(intercept([], self._frames(outer)))
+            self._padding = intercept([], [frame])
+        if self._prepared is None or outer is not self._outer:
+            self._outer = outer
+            items = []
+            for scope in self.plan.scopes:
+                if scope.exposed and scope.hooks:
+                    gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
+                    items += hook_listeners(list(scope.hooks), gate)
+            self._prepared = Prepared(items, self._frames(outer))
+        self._prepared.install()
 
     def _remove(self) -> None:
-        for handle in self._installed:
-            handle.remove()
+        if self._prepared is not None:
+            self._prepared.remove()
+        if self._padding is not None:
+            self._padding.remove()
+            self._padding = None
 
     def finish(self) -> None:
         """Forget what the block recorded (its `Captures` keep it), so that this run can serve the next
