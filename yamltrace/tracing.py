@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from torch import nn
@@ -26,9 +26,10 @@ from ._trace_checks import attention_weight_issues, check_recorders, dead_record
 from ._trace_checks import warn_dead, warn_no_tensor
 from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
 from .engine import TraceScope as _Scope
-from .engine import plan_trace, unwrap
+from .engine import TraceRun, plan_trace, unwrap
 from .errors import SpecError
-from .intervening import planned_edits, start_edits
+from .engine._editing import install_edits
+from .intervening import planned_edits
 from .spec import Spec, load_spec
 from .spec._patch_rule import model_device, model_swaps
 
@@ -121,9 +122,9 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
         kept = keep_plan(model, key, refers_to, planned, scopes, (dead, weights), explicit)
     dead, weights = kept.warnings
     if dead:
-        warn_dead(dead)
+        warn_dead(dead, stacklevel=4)  # warn_dead, _kept, __enter__ (or plan), the caller
     if weights:
-        warn_attention_weights(model, kept.spec, stacklevel=4, issues=weights)  # above _kept: trace, contextlib, the caller
+        warn_attention_weights(model, kept.spec, stacklevel=3, issues=weights)  # above _kept: __enter__ (or plan), the caller
     return kept
 
 
@@ -164,7 +165,6 @@ def _plan_key(model: nn.Module, spec: Any, outputs: Any, strict: bool) -> tuple[
     return (what, tuple(model_swaps(model).items()), device, attention, outputs, strict), refers_to
 
 
-@contextlib.contextmanager
 def trace(
     model: nn.Module,
     spec: SpecLike | None = None,
@@ -172,7 +172,7 @@ def trace(
     outputs: str | Iterable[str] | None = None,
     strict: bool = True,
     values: Mapping[str, Any] | None = None,
-) -> Iterator[Captures]:
+) -> contextlib.AbstractContextManager[Captures]:
     """Capture the outputs a spec declares while the block runs; yields a read-only `key -> tuple` map.
 
     Args:
@@ -212,22 +212,57 @@ def trace(
         >>> len(captures["hidden_states"])  # the embeddings, then one per layer (the last tied post-norm)
         5
     """
-    # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
-    outer, model = model, unwrap(model)
-    kept = _kept(model, spec, outputs, strict)
-    explicit = kept.spec
-    edits = (
-        planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
-        if values or explicit and explicit.interventions
-        else []
-    )
-    run = kept.run()
+    return _Block(model, spec, outputs, strict, values)
+
+
+class _Block:
+    """One `with trace(...)` block: planned (or its kept plan found) and installed at `__enter__`,
+    removed at `__exit__`, also when the block raises. Entered again while open, it opens a block
+    inside (each entry has its own run)."""
+
+    __slots__ = ("_outer", "_spec", "_outputs", "_strict", "_values", "_open")
+
+    def __init__(self, outer: nn.Module, spec: Any, outputs: Any, strict: bool, values: Mapping[str, Any] | None) -> None:
+        # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
+        self._outer, self._spec, self._outputs, self._strict, self._values = outer, spec, outputs, strict, values
+        self._open: list[tuple[KeptPlan, TraceRun, Any, nn.Module]] = []  # per entry: plan, run, edits, model
+
+    def __enter__(self) -> Captures:
+        model = unwrap(self._outer)
+        kept = _kept(model, self._spec, self._outputs, self._strict)
+        explicit, values = kept.spec, self._values
+        rows = (
+            planned_edits(model, explicit or Spec(outputs={}), values, strict=self._strict)
+            if values or explicit and explicit.interventions
+            else []
+        )
+        run = kept.run()
+        edits = None
+        try:
+            if rows:
+                edits = install_edits(rows, run.session)  # edited values are what the block's captures record
+            run.start(self._outer)
+        except BaseException:
+            _close(kept, run, edits)
+            raise
+        self._open.append((kept, run, edits, model))
+        return Captures(run.lists, run.ends, run.paths, model)
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        kept, run, edits, model = self._open.pop()
+        _close(kept, run, edits, None if kind is not None else model)
+
+
+def _close(kept: KeptPlan, run: TraceRun, edits: Any, model: nn.Module | None = None) -> None:
+    """End a block: stop its run, remove its edits, and (for a block that did not raise, `model`) say
+    which outputs recorded no tensor; then the run waits for the next block on its plan."""
     try:
-        with contextlib.ExitStack() as stack:
-            start_edits(stack, edits, run.session)  # edited values are what the block's captures record
-            run.start(stack, outer)
-            yield Captures(run.lists, run.ends, run.paths, model)
-        if run.ends:
-            warn_no_tensor(model, run.silent_outputs())
+        try:
+            run.stop()
+        finally:
+            if edits is not None:
+                edits.remove()
+        if model is not None and run.ends:
+            warn_no_tensor(model, run.silent_outputs())  # (stack: here, __exit__, the caller)
     finally:
         kept.release(run)

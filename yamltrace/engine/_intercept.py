@@ -332,7 +332,9 @@ class Prepared:
         for module, enter, exit in frames:
             entries.setdefault(id(module), (module, [], []))[2].append((enter, exit))
         # Per module: the module, its interceptor, the `forward` set on it, its listeners and frames.
-        self._kept = [_kept_interceptor(module, tuple(listeners), tuple(frames)) for module, listeners, frames in entries.values()]
+        self._kept = [
+            _kept_interceptor(module, tuple(listeners), tuple(frames)) for module, listeners, frames in entries.values()
+        ]
         self._fast: list[_Kept] = []  # installed by setting `forward`
         self._slow: Interception | None = None  # installed by `intercept`
 

@@ -16,8 +16,8 @@ installs no more than its hooks.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
+from contextvars import Token
 from functools import partial
 from typing import Any
 
@@ -50,6 +50,7 @@ class TraceRun:
         self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
         self._prepared: Prepared | None = None  # the listeners and frames, installed for each block
         self._padding: Interception | None = None  # the padding watch's frame of this block
+        self._token: Token[Any] | None = None  # from `session.enter`, while the block records
         self._outer: nn.Module | None = None  # the module whose calls the frames delimit as steps
         self._empty()
 
@@ -62,13 +63,22 @@ class TraceRun:
         self._ties: list[int] = []
         self._depth = 0
 
-    def start(self, stack: contextlib.ExitStack, outer: nn.Module) -> None:
+    def start(self, outer: nn.Module) -> None:
         """Install the plan's hooks and frames (`outer`: the module whose calls are steps) and start
-        recording in this context; closing `stack` stops recording, then removes them all."""
-        stack.callback(self._remove)
-        stack.callback(self.session.close)
+        recording in this context, until `stop` (which is also what undoes a `start` that raised)."""
+        self._token = None
         self._install(outer)
-        stack.callback(self.session.exit, self.session.enter())
+        self._token = self.session.enter()
+
+    def stop(self) -> None:
+        """Stop recording (in every context), then remove the hooks and frames."""
+        try:
+            if self._token is not None:
+                self.session.exit(self._token)
+                self._token = None
+        finally:
+            self.session.close()
+            self._remove()
 
     def _install(self, outer: nn.Module) -> None:
         """Install the listeners and frames: those prepared for the last block again, or new ones for a new `outer`."""
