@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Hashable, Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
 from torch import nn
 
 from ._captures import Captures
+from ._vocabulary import ATTENTION_WEIGHT_KEYS
 from ._spec_arg import SpecLike, as_spec
 from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
 from ._trace_checks import warn_dead, warn_no_tensor
@@ -77,18 +79,47 @@ def _spec_scopes(model: nn.Module, spec: Spec, root_tasks: Any, strict: bool) ->
     return scopes
 
 
-def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[list[_Scope], Spec | None]:
-    """The scopes `trace` records for its `spec` argument, and the explicit spec (None without one)."""
+def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[list[_Scope], Spec | None, Spec | None]:
+    """The scopes `trace` records for its `spec` argument, the explicit spec (None without one), and the
+    spec the block follows (the explicit or the attached one; None for the model's own maps)."""
     if spec is None:
         attached = attached_spec(model)
         if attached is None:
-            return _model_scopes(model), None
+            return _model_scopes(model), None, None
         # from_pretrained set the attached spec's top-level map on the instance, retargeted to patched
         # classes, and applied its patches: its scopes are retargeted the same way here.
-        return _spec_scopes(model, retarget_to_patches(model, attached), normalized_tasks(_map_of(model)), strict=False), None
+        followed = retarget_to_patches(model, attached)
+        return _spec_scopes(model, followed, normalized_tasks(_map_of(model)), strict=False), None, followed
     spec = as_spec(model, spec)
     root_tasks = tuple((key, r) for key, recorders in spec.outputs.items() for r in recorders)
-    return _spec_scopes(model, spec, root_tasks, strict), spec
+    return _spec_scopes(model, spec, root_tasks, strict), spec, spec
+
+
+class _AttentionReads:
+    """What the attention-weight check (`attention_weight_issues`) read: the `_attn_implementation` of
+    each module's nearest config. `holds()` while every module keeps its `config` and every config its
+    implementation (a sub-config's too), so a kept plan warns as planning again would."""
+
+    __slots__ = ("_dicts", "_configs", "_distinct", "_implementations")
+
+    def __init__(self, model: nn.Module) -> None:
+        self._dicts = [module.__dict__ for module in model.modules() if "config" in module.__dict__]
+        self._configs = [own["config"] for own in self._dicts]
+        self._distinct = list({id(config): config for config in self._configs}.values())
+        self._implementations = self._read()
+
+    def _read(self) -> list[Any]:
+        return [getattr(config, "_attn_implementation", None) for config in self._distinct]
+
+    def holds(self) -> bool:
+        return list(map(dict.get, self._dicts, repeat("config"))) == self._configs and self._read() == self._implementations
+
+
+def _attention_reads(model: nn.Module, spec: Spec) -> _AttentionReads | None:
+    """What a kept plan of `spec` must read again for the attention-weight check: nothing when the spec
+    captures no attention weights."""
+    keys = {key for section in spec.sections() for key in section.outputs}
+    return _AttentionReads(model) if ATTENTION_WEIGHT_KEYS.intersection(keys) else None
 
 
 def plan(
@@ -115,16 +146,17 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
     key, refers_to = _plan_key(model, spec, outputs, strict)
     kept = None if key is None else kept_plan(model, key)
     if kept is None:
-        scopes, explicit = _resolve(model, spec, strict)
+        scopes, explicit, followed = _resolve(model, spec, strict)
         planned = plan_trace(model, scopes, outputs)
         dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, planned, outputs, strict)
-        weights = [] if explicit is None else attention_weight_issues(model, explicit)
-        kept = keep_plan(model, key, refers_to, planned, scopes, (dead, weights), explicit)
-    dead, weights = kept.warnings
+        weights = [] if followed is None else attention_weight_issues(model, followed)
+        checks = None if followed is None else _attention_reads(model, followed)
+        kept = keep_plan(model, key, refers_to, planned, scopes, (dead, weights, followed), explicit, checks)
+    dead, weights, followed = kept.warnings
     if dead:
         warn_dead(dead, stacklevel=4)  # warn_dead, _kept, __enter__ (or plan), the caller
     if weights:
-        warn_attention_weights(model, kept.spec, stacklevel=3, issues=weights)  # above _kept: __enter__ (or plan), the caller
+        warn_attention_weights(model, followed, stacklevel=3, issues=weights)  # above _kept: __enter__ (or plan), the caller
     return kept
 
 
@@ -159,10 +191,8 @@ def _plan_key(model: nn.Module, spec: Any, outputs: Any, strict: bool) -> tuple[
     else:
         return None, None
     device = model_device(model) if patches else None
-    # The attention implementation the attention-weight check reads (`attention_weight_issues`), as set
-    # on the model's config (`model.config._attn_implementation`, `set_attn_implementation`).
-    attention = getattr(model.__dict__.get("config"), "_attn_implementation", None)
-    return (what, tuple(model_swaps(model).items()), device, attention, outputs, strict), refers_to
+    # (The attention implementations the attention-weight check read are the kept plan's `checks`.)
+    return (what, tuple(model_swaps(model).items()), device, outputs, strict), refers_to
 
 
 def trace(
@@ -262,7 +292,7 @@ def _close(kept: KeptPlan, run: TraceRun, edits: Any, model: nn.Module | None = 
         finally:
             if edits is not None:
                 edits.remove()
-        if model is not None and run.ends:
-            warn_no_tensor(model, run.silent_outputs())  # (stack: here, __exit__, the caller)
+        if model is not None and run.ends and (silent := run.silent_outputs()):
+            warn_no_tensor(model, silent)  # (stack: here, __exit__, the caller)
     finally:
         kept.release(run)

@@ -34,9 +34,7 @@ from typing import Any
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks
 
-__all__ = [
-    "Listener", "Enter", "Exit", "InputEdit", "OutputEdit", "INPUTS", "OUTPUTS", "Interception", "intercept", "Prepared",
-]  # fmt: skip
+__all__ = ["Listener", "Enter", "Exit", "InputEdit", "OutputEdit", "INPUTS", "OUTPUTS", "Interception", "intercept"]
 
 # Called after the module's forward returned: (its context, positional args, keyword args, output).
 Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
@@ -306,88 +304,3 @@ def _interceptor_on(module: nn.Module) -> _Interceptor:
         interceptor = _Interceptor(module.forward, shadowed)
         own[_FORWARD] = interceptor.forward
     return interceptor
-
-
-# A module's kept interceptor: (module, interceptor, its bound `forward`, listeners, frames).
-_Kept = tuple[nn.Module, _Interceptor, Callable[..., Any], tuple[tuple[Listener, Any], ...], tuple[tuple[Enter, Exit], ...]]
-
-
-class Prepared:
-    """Listeners and frames installed again and again, one installation at a time (a `trace` run
-    kept for its plan installs the same ones for each block): `install()`, then `remove()`.
-
-    Each module's interceptor is built once, its tuples holding exactly the module's entries. A module
-    with no `forward` of its own and no forward hooks when installed (the common case) gets only its
-    `forward` entry set, and deleted at removal while the interceptor still holds its entries alone.
-    Any other module, and one whose interceptor others joined meanwhile, takes `intercept`'s way (its
-    interceptor is then built again), so what a call sees is what `intercept` would have installed.
-    """
-
-    __slots__ = ("_kept", "_fast", "_slow")
-
-    def __init__(self, items: Iterable[tuple[nn.Module, Listener, Any]], frames: Iterable[tuple[nn.Module, Enter, Exit]]) -> None:
-        entries: dict[int, tuple[nn.Module, list[tuple[Listener, Any]], list[tuple[Enter, Exit]]]] = {}
-        for module, listener, context in items:
-            entries.setdefault(id(module), (module, [], []))[1].append((listener, context))
-        for module, enter, exit in frames:
-            entries.setdefault(id(module), (module, [], []))[2].append((enter, exit))
-        # Per module: the module, its interceptor, the `forward` set on it, its listeners and frames.
-        self._kept = [
-            _kept_interceptor(module, tuple(listeners), tuple(frames)) for module, listeners, frames in entries.values()
-        ]
-        self._fast: list[_Kept] = []  # installed by setting `forward`
-        self._slow: Interception | None = None  # installed by `intercept`
-
-    def install(self) -> None:
-        """Install every listener and frame (`intercept`'s semantics)."""
-        slow = []
-        with _lock:
-            hooked = bool(_global_forward_hooks)
-            for kept in self._kept:
-                module = kept[0]
-                own = module.__dict__
-                if hooked or _FORWARD in own or module._forward_hooks:
-                    slow.append(kept)
-                    continue
-                kept[1].inner = module.forward  # the class's forward, bound now (it may have changed)
-                own[_FORWARD] = kept[2]
-                self._fast.append(kept)
-        if slow:
-            items = [(k[0], *listener) for k in slow for listener in k[3]]
-            self._slow = intercept(items, [(k[0], *frame) for k in slow for frame in k[4]])
-
-    def remove(self) -> None:
-        """Remove what `install` installed (idempotent)."""
-        fast, self._fast = self._fast, []
-        slow, self._slow = self._slow, None
-        joined = []
-        with _lock:
-            for kept in fast:
-                module, interceptor, method, listeners, frames = kept
-                own = module.__dict__
-                if (
-                    own.get(_FORWARD) is method
-                    and interceptor.listeners == listeners
-                    and interceptor.frames == frames
-                    and not (interceptor.inputs or interceptor.outputs or interceptor.late)
-                ):
-                    del own[_FORWARD]
-                else:
-                    joined.append(kept)
-        if slow is not None:
-            slow.remove()
-        if joined:
-            # Others joined these interceptors, or set `forward` over them: removed as `intercept`'s are.
-            entries = [(k[0], k[1], entry, _LISTENERS) for k in joined for entry in k[3]]
-            Interception(entries + [(k[0], k[1], entry, _FRAMES) for k in joined for entry in k[4]]).remove()
-            renewed = {id(k): _kept_interceptor(k[0], k[3], k[4]) for k in joined}
-            self._kept = [renewed.get(id(k), k) for k in self._kept]
-
-
-def _kept_interceptor(
-    module: nn.Module, listeners: tuple[tuple[Listener, Any], ...], frames: tuple[tuple[Enter, Exit], ...]
-) -> _Kept:
-    """An interceptor for `Prepared`, holding the module's listeners and frames (`inner` set at install)."""
-    interceptor = _Interceptor(module.forward)
-    interceptor.listeners, interceptor.frames = listeners, frames
-    return (module, interceptor, interceptor.forward, listeners, frames)

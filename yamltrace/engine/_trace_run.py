@@ -24,7 +24,8 @@ from typing import Any
 from torch import nn
 
 from ._collector import Collector, hook_listeners
-from ._intercept import Interception, Prepared, intercept
+from ._intercept import Interception, intercept
+from ._prepared import Prepared
 from ._padding import plan_watch, warning_state
 from ._session import Session, tie_last_hidden_state
 from ._trace_plan import TracePlan
@@ -48,6 +49,7 @@ class TraceRun:
         self.session = Session(Collector(()), block=True)
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
         self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
+        self._silent_checks = self._silent_paths()
         self._prepared: Prepared | None = None  # the listeners and frames, installed for each block
         self._padding: Interception | None = None  # the padding watch's frame of this block
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records
@@ -183,16 +185,24 @@ class TraceRun:
         """The outputs whose modules ran and gave None where they read (`Collector.silent`), so the
         block can say why they are empty; `hidden_states` and keys with a layer selection (which hold
         None for unselected layers on purpose) left out."""
-        names = {(o.scope, o.key): o.name for o in self.plan.outputs}
         silent = {}
+        for name, collector, paths in self._silent_checks:
+            if collector.silent and not collector.silent.isdisjoint(paths):
+                silent[name] = self.lists[name]
+        return silent
+
+    def _silent_paths(self) -> list[tuple[str, Collector, frozenset[str]]]:
+        """What `silent_outputs` asks of each output: its name, its collector, the paths of its modules."""
+        names = {(o.scope, o.key): o.name for o in self.plan.outputs}
+        checks = []
         for scope in self.plan.scopes:
             collector = self.collectors.get(scope.number)
             for key in scope.keys:
                 if collector is None or key == "hidden_states" or key in collector.selections:
                     continue
-                if any(row.path in collector.silent for row in scope.hooks if any(e.key == key for e in row.entries)):
-                    silent[names[(scope.number, key)]] = self.lists[names[(scope.number, key)]]
-        return silent
+                paths = frozenset(row.path for row in scope.hooks if any(e.key == key for e in row.entries))
+                checks.append((names[(scope.number, key)], collector, paths))
+        return checks
 
 
 def _frame(
