@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Any
 
 from torch import nn
@@ -23,7 +23,6 @@ __all__ = ["Prepared"]
 # A module's kept interceptor: (module, interceptor, its bound `forward`, listeners, frames).
 _Kept = tuple[nn.Module, _Interceptor, Callable[..., Any], tuple[tuple[Listener, Any], ...], tuple[tuple[Enter, Exit], ...]]
 _HOOKS = "_forward_hooks"
-_late, _editing = attrgetter("late"), attrgetter("editing")
 
 
 class Prepared:
@@ -38,7 +37,7 @@ class Prepared:
     When every module is in the common case, each step is one C-level pass over all of them.
     """
 
-    __slots__ = ("_kept", "_modules", "_interceptors", "_methods", "_listeners", "_frames", "_fast", "_slow")
+    __slots__ = ("_kept", "_modules", "_interceptors", "_methods", "_dicts", "_entries", "_fast", "_slow")
 
     def __init__(self, items: Iterable[tuple[nn.Module, Listener, Any]], frames: Iterable[tuple[nn.Module, Enter, Exit]]) -> None:
         entries: dict[int, tuple[nn.Module, list[tuple[Listener, Any]], list[tuple[Enter, Exit]]]] = {}
@@ -52,35 +51,43 @@ class Prepared:
         self._slow: Interception | None = None  # installed by `intercept`
 
     def _columns(self) -> None:
-        """The kept interceptors' fields as lists, for the passes over all of them."""
+        """The kept interceptors' fields as lists, for the passes over all of them (each module's
+        `__dict__` too: an `nn.Module` keeps its own for life)."""
         columns = list(zip(*self._kept)) or [()] * 5
-        self._modules, self._interceptors, self._methods, self._listeners, self._frames = map(list, columns)
+        self._modules, self._interceptors, self._methods, listeners, frames = map(list, columns)
+        self._dicts = list(map(vars, self._modules))
+        self._entries = list(zip(listeners, frames))
 
     def install(self) -> None:
         """Install every listener and frame (`intercept`'s semantics)."""
-        modules = self._modules
         with _lock:
-            dicts = list(map(vars, modules))
-            if not (
-                _global_forward_hooks
-                or any(map(dict.__contains__, dicts, repeat(_FORWARD)))
-                or any(map(getattr, modules, repeat(_HOOKS)))
-            ):
-                # The class's forward, bound now (it may have changed since the last block), then ours.
-                list(map(setattr, self._interceptors, repeat("inner"), map(getattr, modules, repeat(_FORWARD))))
-                list(map(dict.__setitem__, dicts, repeat(_FORWARD), self._methods))
-                self._fast = self._kept
-                return
-            slow = []
-            for kept, own in zip(self._kept, dicts):
-                if _global_forward_hooks or _FORWARD in own or kept[0]._forward_hooks:
-                    slow.append(kept)
-                    continue
-                kept[1].inner = kept[0].forward
-                own[_FORWARD] = kept[2]
-                self._fast.append(kept)
+            if _global_forward_hooks or any(map(dict.get, self._dicts, repeat(_HOOKS))):
+                slow = self._install_each()
+            else:
+                # The class's forward, bound now (it may have changed since the last block), then ours
+                # where the module has no `forward` of its own (one that has takes `intercept`'s way).
+                list(map(setattr, self._interceptors, repeat("inner"), map(getattr, self._modules, repeat(_FORWARD))))
+                found = list(map(dict.setdefault, self._dicts, repeat(_FORWARD), self._methods))
+                if all(map(is_, found, self._methods)):
+                    self._fast, slow = self._kept, []
+                else:
+                    self._fast = [k for k, value in zip(self._kept, found) if value is k[2]]
+                    slow = [k for k, value in zip(self._kept, found) if value is not k[2]]
         if slow:
             self._slow = intercept([(k[0], *e) for k in slow for e in k[3]], [(k[0], *e) for k in slow for e in k[4]])
+
+    def _install_each(self) -> list[_Kept]:
+        """`install` where forward hooks run: module by module; returns those for `intercept`."""
+        slow = []
+        for kept, own in zip(self._kept, self._dicts):
+            module = kept[0]
+            if _global_forward_hooks or _FORWARD in own or module._forward_hooks:
+                slow.append(kept)
+                continue
+            kept[1].inner = module.forward
+            own[_FORWARD] = kept[2]
+            self._fast.append(kept)
+        return slow
 
     def remove(self) -> None:
         """Remove what `install` installed (idempotent)."""
@@ -88,27 +95,22 @@ class Prepared:
         slow, self._slow = self._slow, None
         joined = []
         with _lock:
-            if fast is self._kept:
-                dicts = list(map(vars, self._modules))
-                interceptors = self._interceptors
-                if (
-                    list(map(dict.get, dicts, repeat(_FORWARD))) == self._methods
-                    and list(map(_listeners, interceptors)) == self._listeners
-                    and list(map(_frames, interceptors)) == self._frames
-                    and not any(map(_editing, interceptors))
-                    and not any(map(_late, interceptors))
-                ):
-                    list(map(dict.__delitem__, dicts, repeat(_FORWARD)))
-                    fast = []
+            # Ours alone: its listeners and frames ours (others who joined would have added theirs), and
+            # its `forward` ours (edits or the slower path would have set `edited`, `_bind`; a wrapper
+            # set over it is put back).
+            if fast is self._kept and list(map(_entries, self._interceptors)) == self._entries:
+                found = list(map(dict.pop, self._dicts, repeat(_FORWARD), repeat(None)))
+                if not all(map(is_, found, self._methods)):
+                    for kept, own, value in zip(self._kept, self._dicts, found):
+                        if value is not kept[2]:
+                            if value is not None:
+                                own[_FORWARD] = value
+                            joined.append(kept)
+                fast = []
             for kept in fast:
                 module, interceptor, method, listeners, frames = kept
                 own = module.__dict__
-                if (
-                    own.get(_FORWARD) is method
-                    and interceptor.listeners == listeners
-                    and interceptor.frames == frames
-                    and not (interceptor.editing or interceptor.late)
-                ):
+                if own.get(_FORWARD) is method and interceptor.listeners == listeners and interceptor.frames == frames:
                     del own[_FORWARD]
                 else:
                     joined.append(kept)
@@ -127,7 +129,7 @@ class Prepared:
         self._columns()
 
 
-_listeners, _frames = attrgetter(_LISTENERS), attrgetter(_FRAMES)
+_entries = attrgetter(_LISTENERS, _FRAMES)
 
 
 def _kept_interceptor(

@@ -14,7 +14,7 @@ from helpers import assert_same
 from torch import nn
 
 from yamltrace.engine import forget_plans
-from yamltrace.engine._intercept import intercept
+from yamltrace.engine._intercept import OUTPUTS, intercept
 from yamltrace.engine._prepared import Prepared
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import trace
@@ -168,3 +168,15 @@ def test_prepared_on_a_module_with_forward_hooks_listens_after_them() -> None:
     module(torch.ones(1))
     prepared.remove()
     assert torch.equal(log[1], torch.tensor([2.0])) and "forward" not in module.__dict__
+
+
+def test_an_edit_others_put_on_an_interceptor_during_a_block_stays_theirs(model, ids) -> None:
+    plain, before = captured(model, ids), dicts(model)
+    with torch.no_grad(), trace(model, SPEC):
+        edit = intercept([], [], [(model.layers[0], OUTPUTS, lambda output: doubled(None, None, output))])
+    edited = captured(model, ids)
+    assert torch.equal(edited["hidden_states"][1], plain["hidden_states"][1] * 2)
+    assert_same(edited, fresh(model, ids))
+    edit.remove()
+    assert dicts(model) == before
+    assert_same(captured(model, ids), plain)
