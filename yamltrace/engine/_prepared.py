@@ -55,7 +55,7 @@ class Prepared:
         `__dict__` too: an `nn.Module` keeps its own for life)."""
         columns = list(zip(*self._kept)) or [()] * 5
         self._modules, self._interceptors, self._methods, listeners, frames = map(list, columns)
-        self._dicts = list(map(vars, self._modules))
+        self._dicts: list[dict[str, Any]] = [module.__dict__ for module in self._modules]
         self._entries = list(zip(listeners, frames))
 
     def install(self) -> None:
@@ -99,7 +99,7 @@ class Prepared:
             # its `forward` ours (edits or the slower path would have set `edited`, `_bind`; a wrapper
             # set over it is put back).
             if fast is self._kept and list(map(_entries, self._interceptors)) == self._entries:
-                found = list(map(dict.pop, self._dicts, repeat(_FORWARD), repeat(None)))
+                found: list[Any] = list(map(dict.pop, self._dicts, repeat(_FORWARD), repeat(None)))
                 if not all(map(is_, found, self._methods)):
                     for kept, own, value in zip(self._kept, self._dicts, found):
                         if value is not kept[2]:
