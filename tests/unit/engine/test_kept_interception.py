@@ -180,3 +180,15 @@ def test_an_edit_others_put_on_an_interceptor_during_a_block_stays_theirs(model,
     edit.remove()
     assert dicts(model) == before
     assert_same(captured(model, ids), plain)
+
+
+def test_a_class_forward_decorated_with_another_tie_last_setting_between_blocks_is_seen(model, ids, monkeypatch) -> None:
+    import inspect
+
+    from yamltrace.capture import capture_outputs
+
+    tied = captured(model, ids, None)
+    monkeypatch.setattr(TinyModel, "forward", capture_outputs(tie_last_hidden_states=False)(inspect.unwrap(TinyModel.forward)))
+    untied = captured(model, ids, None)
+    assert not torch.equal(tied["hidden_states"][-1], untied["hidden_states"][-1])
+    assert_same(untied, fresh(model, ids, None))
