@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
 from torch import nn
 
 from ._captures import Captures
+from ._vocabulary import ATTENTION_WEIGHT_KEYS
 from ._spec_arg import SpecLike, as_spec
 from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
 from ._trace_checks import warn_dead, warn_no_tensor
 from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
 from .engine import TraceScope as _Scope
-from .engine import plan_trace, unwrap
+from .engine import TraceRun, plan_trace, unwrap
 from .errors import SpecError
 from .intervening import planned_edits, start_edits
 from .spec import Spec, load_spec
@@ -76,18 +78,47 @@ def _spec_scopes(model: nn.Module, spec: Spec, root_tasks: Any, strict: bool) ->
     return scopes
 
 
-def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[list[_Scope], Spec | None]:
-    """The scopes `trace` records for its `spec` argument, and the explicit spec (None without one)."""
+def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[list[_Scope], Spec | None, Spec | None]:
+    """The scopes `trace` records for its `spec` argument, the explicit spec (None without one), and the
+    spec the block follows (the explicit or the attached one; None for the model's own maps)."""
     if spec is None:
         attached = attached_spec(model)
         if attached is None:
-            return _model_scopes(model), None
+            return _model_scopes(model), None, None
         # from_pretrained set the attached spec's top-level map on the instance, retargeted to patched
         # classes, and applied its patches: its scopes are retargeted the same way here.
-        return _spec_scopes(model, retarget_to_patches(model, attached), normalized_tasks(_map_of(model)), strict=False), None
+        followed = retarget_to_patches(model, attached)
+        return _spec_scopes(model, followed, normalized_tasks(_map_of(model)), strict=False), None, followed
     spec = as_spec(model, spec)
     root_tasks = tuple((key, r) for key, recorders in spec.outputs.items() for r in recorders)
-    return _spec_scopes(model, spec, root_tasks, strict), spec
+    return _spec_scopes(model, spec, root_tasks, strict), spec, spec
+
+
+class _AttentionReads:
+    """What the attention-weight check (`attention_weight_issues`) read: the `_attn_implementation` of
+    each module's nearest config. `holds()` while every module keeps its `config` and every config its
+    implementation (a sub-config's too), so a kept plan warns as planning again would."""
+
+    __slots__ = ("_dicts", "_configs", "_distinct", "_implementations")
+
+    def __init__(self, model: nn.Module) -> None:
+        self._dicts = [module.__dict__ for module in model.modules() if "config" in module.__dict__]
+        self._configs = [own["config"] for own in self._dicts]
+        self._distinct = list({id(config): config for config in self._configs}.values())
+        self._implementations = self._read()
+
+    def _read(self) -> list[Any]:
+        return [getattr(config, "_attn_implementation", None) for config in self._distinct]
+
+    def holds(self) -> bool:
+        return list(map(dict.get, self._dicts, repeat("config"))) == self._configs and self._read() == self._implementations
+
+
+def _attention_reads(model: nn.Module, spec: Spec) -> _AttentionReads | None:
+    """What a kept plan of `spec` must read again for the attention-weight check: nothing when the spec
+    captures no attention weights."""
+    keys = {key for section in spec.sections() for key in section.outputs}
+    return _AttentionReads(model) if ATTENTION_WEIGHT_KEYS.intersection(keys) else None
 
 
 def plan(
@@ -114,16 +145,17 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
     key, refers_to = _plan_key(model, spec, outputs, strict)
     kept = None if key is None else kept_plan(model, key)
     if kept is None:
-        scopes, explicit = _resolve(model, spec, strict)
+        scopes, explicit, followed = _resolve(model, spec, strict)
         planned = plan_trace(model, scopes, outputs)
         dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, planned, outputs, strict)
-        weights = [] if explicit is None else attention_weight_issues(model, explicit)
-        kept = keep_plan(model, key, refers_to, planned, scopes, (dead, weights), explicit)
-    dead, weights = kept.warnings
+        weights = [] if followed is None else attention_weight_issues(model, followed)
+        checks = None if followed is None else _attention_reads(model, followed)
+        kept = keep_plan(model, key, refers_to, planned, scopes, (dead, weights, followed), explicit, checks)
+    dead, weights, followed = kept.warnings
     if dead:
-        warn_dead(dead)
+        warn_dead(dead, stacklevel=4)  # warn_dead, _kept, __enter__ (or plan), the caller
     if weights:
-        warn_attention_weights(model, kept.spec, stacklevel=4, issues=weights)  # above _kept: trace, contextlib, the caller
+        warn_attention_weights(model, followed, stacklevel=3, issues=weights)  # above _kept: __enter__ (or plan), the caller
     return kept
 
 
@@ -158,13 +190,10 @@ def _plan_key(model: nn.Module, spec: Any, outputs: Any, strict: bool) -> tuple[
     else:
         return None, None
     device = model_device(model) if patches else None
-    # The attention implementation the attention-weight check reads (`attention_weight_issues`), as set
-    # on the model's config (`model.config._attn_implementation`, `set_attn_implementation`).
-    attention = getattr(model.__dict__.get("config"), "_attn_implementation", None)
-    return (what, tuple(model_swaps(model).items()), device, attention, outputs, strict), refers_to
+    # (The attention implementations the attention-weight check read are the kept plan's `checks`.)
+    return (what, tuple(model_swaps(model).items()), device, outputs, strict), refers_to
 
 
-@contextlib.contextmanager
 def trace(
     model: nn.Module,
     spec: SpecLike | None = None,
@@ -172,7 +201,7 @@ def trace(
     outputs: str | Iterable[str] | None = None,
     strict: bool = True,
     values: Mapping[str, Any] | None = None,
-) -> Iterator[Captures]:
+) -> contextlib.AbstractContextManager[Captures]:
     """Capture the outputs a spec declares while the block runs; yields a read-only `key -> tuple` map.
 
     Args:
@@ -212,22 +241,58 @@ def trace(
         >>> len(captures["hidden_states"])  # the embeddings, then one per layer (the last tied post-norm)
         5
     """
-    # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
-    outer, model = model, unwrap(model)
-    kept = _kept(model, spec, outputs, strict)
-    explicit = kept.spec
-    edits = (
-        planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
-        if values or explicit and explicit.interventions
-        else []
-    )
-    run = kept.run()
+    return _Block(model, spec, outputs, strict, values)
+
+
+class _Block:
+    """One `with trace(...)` block: planned (or its kept plan found) and installed at `__enter__`,
+    removed at `__exit__`, also when the block raises. Entered again while open, it opens a block
+    inside (each entry has its own run)."""
+
+    __slots__ = ("_outer", "_spec", "_outputs", "_strict", "_values", "_open")
+
+    def __init__(self, outer: nn.Module, spec: Any, outputs: Any, strict: bool, values: Mapping[str, Any] | None) -> None:
+        # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
+        self._outer, self._spec, self._outputs, self._strict, self._values = outer, spec, outputs, strict, values
+        self._open: list[tuple[KeptPlan, TraceRun, Any, nn.Module]] = []  # per entry: plan, run, edits, model
+
+    def __enter__(self) -> Captures:
+        model = unwrap(self._outer)
+        kept = _kept(model, self._spec, self._outputs, self._strict)
+        explicit, values = kept.spec, self._values
+        rows = (
+            planned_edits(model, explicit or Spec(outputs={}), values, strict=self._strict)
+            if values or explicit and explicit.interventions
+            else []
+        )
+        run = kept.run()
+        edits = None
+        try:
+            if rows:  # edited values are what the block's captures record
+                edits = contextlib.ExitStack()
+                start_edits(edits, rows, run.session, self._outer)
+            run.start(self._outer)
+        except BaseException:
+            _close(kept, run, edits)
+            raise
+        self._open.append((kept, run, edits, model))
+        return Captures(run.lists, run.ends, run.paths, model)
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        kept, run, edits, model = self._open.pop()
+        _close(kept, run, edits, None if kind is not None else model)
+
+
+def _close(kept: KeptPlan, run: TraceRun, edits: Any, model: nn.Module | None = None) -> None:
+    """End a block: stop its run, remove its edits, and (for a block that did not raise, `model`) say
+    which outputs recorded no tensor; then the run waits for the next block on its plan."""
     try:
-        with contextlib.ExitStack() as stack:
-            start_edits(stack, edits, run.session, outer)  # edited values are what the block's captures record
-            run.start(stack, outer)
-            yield Captures(run.lists, run.ends, run.paths, model)
-        if run.ends:
-            warn_no_tensor(model, run.silent_outputs())
+        try:
+            run.stop()
+        finally:
+            if edits is not None:
+                edits.close()
+        if model is not None and run.ends and (silent := run.silent_outputs()):
+            warn_no_tensor(model, silent)  # (stack: here, __exit__, the caller)
     finally:
         kept.release(run)

@@ -98,8 +98,9 @@ def variants(model, ids, spec_path: str) -> dict[str, Callable[[], object]]:
     }
 
 
-def measure(counter: icount.Counter, layers: int) -> dict[str, float]:
-    """Instructions per call of every variant: the raw forward's median, the others' added medians."""
+def measure(counter: icount.Counter, layers: int, only: list[str] | None = None) -> dict[str, float]:
+    """Instructions per call of every variant (or of those whose name holds one of `only`, beside the
+    raw forward and the hooks): the raw forward's median, the others' added medians."""
     import torch
 
     torch.set_num_threads(1)
@@ -109,6 +110,9 @@ def measure(counter: icount.Counter, layers: int) -> dict[str, float]:
         spec_path = os.path.join(folder, "spec.yaml")
         Path(spec_path).write_text(_SPEC_FILE, encoding="utf-8")
         calls = variants(model, ids, spec_path)
+        if only:
+            names = list(calls)[:2]
+            calls = {name: call for name, call in calls.items() if name in names or any(word in name for word in only)}
         rounds: dict[str, list[float]] = {name: [] for name in calls}
         with torch.inference_mode():
             for _ in range(ROUNDS):
@@ -148,13 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--k", type=int, default=1)
+    parser.add_argument("--only", nargs="+", help="measure only the variants whose name holds one of these words")
     args = parser.parse_args(argv)
     counter = icount.worker_counter(args.n, args.k)
     if counter is not None:
         (layers,) = args.layers
-        print(report(layers, measure(counter, layers), counter), flush=True)
+        print(report(layers, measure(counter, layers, args.only), counter), flush=True)
         return 0
-    return icount.run_workers(__file__, args.layers, args.n, args.k)
+    return icount.run_workers(__file__, args.layers, args.n, args.k, ["--only", *args.only] if args.only else None)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,13 @@ from torch import nn
 from torch.compiler import is_compiling, is_dynamo_compiling
 
 from ..errors import CaptureError
-from ._intercept import Interception, intercept
+from ._intercept import Interception, Listener, intercept
 from ._positions import InputSource, PositionError, Transform, transform_of
 from ._recorder import OutputRecorder
 
 __all__ = [
     "Collector", "Entry", "HookRow", "HookPlan", "ScopeGate", "Sessions", "Transform", "entry_of", "transform_of",
-    "install_hooks", "session_records", "innermost_forward", "open_blocks",
+    "install_hooks", "hook_listeners", "session_records", "innermost_forward", "open_blocks",
 ]  # fmt: skip
 
 # The kinds of entry (`Entry.kind`); each but TRANSFORMED and INPUT has its own listener.
@@ -84,8 +84,7 @@ class Collector:
     __slots__ = ("lists", "paths", "selections", "starts", "last_transform", "silent")
 
     def __init__(self, keys: Iterable[str], selections: dict[str, frozenset[int]] | None = None) -> None:
-        # Loops, not comprehensions: a capturing forward builds one collector.
-        lists: dict[str, list[Any]] = {}
+        lists: dict[str, list[Any]] = {}  # (loops, not comprehensions: one collector per capturing forward)
         paths: dict[str, list[str]] = {}
         for key in keys:
             lists[key] = []
@@ -93,8 +92,7 @@ class Collector:
         self.lists, self.paths = lists, paths
         self.selections = selections or {}
         self.starts: dict[str, int] = dict.fromkeys(lists, 0)
-        # The transform applied to each key's latest kept value, so a value that replaces it later
-        # (the tied last hidden state) gets the same treatment.
+        # The transform of each key's latest kept value, for a value replacing it (the tied last hidden state).
         self.last_transform: dict[str, Transform | None] = {}
         self.silent: set[str] = set()
 
@@ -205,11 +203,15 @@ class ScopeGate:
 
 def install_hooks(plan: HookPlan, served: Sessions | ScopeGate) -> Interception:
     """Intercept each planned module's forward, recording into the collector `served` gives the call
-    (module docstring); remove with `.remove()`. Interception (`_intercept`) rather than forward hooks:
-    a capture installs its listeners for every capturing forward, and a listener costs less to
-    install and to call than a hook."""
+    (module docstring); remove with `.remove()`."""
+    return intercept(hook_listeners(plan, served))
+
+
+def hook_listeners(plan: HookPlan, served: Sessions | ScopeGate) -> list[tuple[nn.Module, Listener, HookRow]]:
+    """What `install_hooks` installs, `(module, listener, row)` per planned module: listeners on the
+    interception (`_intercept`), which cost less to install and to call than forward hooks."""
     transformed = {entry.key for _, _, entries in plan for entry in entries if entry.transform is not None}
-    return intercept([(row[0], _listener(row, served, transformed), row) for row in plan])
+    return [(row[0], _listener(row, served, transformed), row) for row in plan]
 
 
 def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | ScopeGate, transformed: set[str]) -> Any:
@@ -307,7 +309,6 @@ def _other_listener(path: str, entries: tuple[Entry, ...], served: Sessions | Sc
 
     def other(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:
-            # No capturing forward running (dynamo may trace this: it cannot read the ContextVar).
             held = sessions.sessions
             if not held:
                 return
@@ -366,7 +367,6 @@ def _selection_listener(path: str, entries: tuple[Entry, ...], served: Sessions 
 
     def selected(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:
-            # No capturing forward running (dynamo may trace this: it cannot read the ContextVar).
             held = sessions.sessions
             if not held:
                 return

@@ -245,9 +245,9 @@ class Interception:
     """Listeners, frames and edits installed together on several modules; `remove()` takes them all
     off (idempotent)."""
 
-    __slots__ = ("_installed", "_dicts", "_forwards", "_hooks", "_hook_counts", "_given")
+    __slots__ = ("_installed", "_dicts", "_forwards", "_hooks", "_hook_counts")
 
-    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, Any, str]], given: Any = ((), (), ())) -> None:
+    def __init__(self, installed: list[tuple[nn.Module, _Interceptor, Any, str]]) -> None:
         self._installed = installed  # (module, its interceptor, what was installed, the tuple it joined)
         # Each module's `__dict__` and the `forward` it held once installed (for `intact`).
         self._dicts = [module.__dict__ for module, _, _, _ in installed]
@@ -255,13 +255,6 @@ class Interception:
         # Each module's forward hooks and how many there were, then the global ones' count.
         self._hooks = [module._forward_hooks for module, _, _, _ in installed]
         self._hook_counts = [*map(len, self._hooks), len(_global_forward_hooks)]
-        self._given = given  # the items, frames and edits `intercept` was given (for `again`)
-
-    def again(self) -> Interception:
-        """The same listeners, frames and edits installed anew, as `intercept` installed them (this one
-        is removed first): a `trace` run kept for its plan installs the same ones for each block."""
-        self.remove()
-        return intercept(*self._given)
 
     def intact(self) -> bool:
         """Whether every intercepted module still calls its interceptor as installed: no forward hook
@@ -331,7 +324,7 @@ def intercept(
             setattr(interceptor, kind, getattr(interceptor, kind) + (entry,))
             installed.append((module, interceptor, entry, kind))
             _bind(module, interceptor)
-    return Interception(installed, (items, frames, edits))
+    return Interception(installed)
 
 
 def _interceptor_on(module: nn.Module) -> _Interceptor:

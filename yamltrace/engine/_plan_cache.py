@@ -8,7 +8,8 @@ A kept plan is reused only while it is what planning again would give:
 - the model's structure is unchanged: a `_plan.PlanGuard` over every module of the model (a module
   added, removed or replaced, a class reassigned, a patch applied, `invalidate()`);
 - what it read from configs would be read the same (`_trace_plan.stale`: tie-last settings, layer
-  counts of negative `layers`).
+  counts of negative `layers`), and so would what the caller's checks read (`checks`: the attention
+  implementations the attention-weight check of `tracing` read).
 Otherwise it is dropped and the caller plans again. What planning found wrong but only warned about
 (`strict=False`) is kept with the plan, so each block warns as the first did.
 
@@ -27,7 +28,7 @@ from typing import Any
 from torch import nn
 
 from ._plan import plan_hooks
-from ._trace_plan import Scope, TracePlan, stale
+from ._trace_plan import Scope, TracePlan, config_reads, stale
 from ._trace_run import TraceRun
 
 __all__ = ["KeptPlan", "kept_plan", "keep_plan", "forget_plans"]
@@ -40,15 +41,26 @@ MAX_PLANS = 8
 class KeptPlan:
     """A plan kept on its model: its key, what the key names by identity (kept alive so that no id is
     reused), the structure guard, the plan and the scopes it was planned from, the issues planning
-    reported as warnings, the explicit spec (None without one), and one run idle for the next block."""
+    reported as warnings, the explicit spec (None without one), what the caller's checks read, what
+    the plan read from configs (`_trace_plan.config_reads`), and one run idle for the next block."""
 
-    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "spec", "_idle")
+    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "spec", "checks", "reads", "_idle")
 
     def __init__(
-        self, key: Hashable, refers_to: Any, guard: Any, plan: TracePlan, scopes: Sequence[Scope], warnings: Any, spec: Any
+        self,
+        key: Hashable,
+        refers_to: Any,
+        guard: Any,
+        plan: TracePlan,
+        scopes: Sequence[Scope],
+        warnings: Any,
+        spec: Any,
+        checks: Any = None,
     ) -> None:
         self.key, self.refers_to, self.guard = key, refers_to, guard
         self.plan, self.scopes, self.warnings, self.spec = plan, tuple(scopes), warnings, spec
+        self.checks = checks  # what the caller's checks read (`holds()`: still read the same), or None
+        self.reads = config_reads(plan, self.scopes)
         self._idle: list[TraceRun] = []
 
     def run(self) -> TraceRun:
@@ -94,7 +106,7 @@ def kept_plan(model: nn.Module, key: Hashable) -> KeptPlan | None:
         return None
     for kept in plans.kept:
         if kept.key == key:
-            if kept.guard.holds(model) and not stale(kept.plan, kept.scopes):
+            if kept.guard.holds(model) and not stale(kept.reads) and (kept.checks is None or kept.checks.holds()):
                 return kept
             with plans.lock:
                 if kept in plans.kept:
@@ -104,13 +116,21 @@ def kept_plan(model: nn.Module, key: Hashable) -> KeptPlan | None:
 
 
 def keep_plan(
-    model: nn.Module, key: Hashable, refers_to: Any, plan: TracePlan, scopes: Sequence[Scope], warnings: Any, spec: Any = None
+    model: nn.Module,
+    key: Hashable,
+    refers_to: Any,
+    plan: TracePlan,
+    scopes: Sequence[Scope],
+    warnings: Any,
+    spec: Any = None,
+    checks: Any = None,
 ) -> KeptPlan:
     """Keep `plan` (planned from `scopes` for `key`) on `model`; returns what `kept_plan` will return.
+    `checks`: what the caller's checks read besides (an object whose `holds()` says it reads the same).
     A key of None is not kept (the plan is returned for its one block)."""
     if key is None:
-        return KeptPlan(None, refers_to, None, plan, scopes, warnings, spec)
-    kept = KeptPlan(key, refers_to, _guard(model, scopes), plan, scopes, warnings, spec)
+        return KeptPlan(None, refers_to, None, plan, scopes, warnings, spec, checks)
+    kept = KeptPlan(key, refers_to, _guard(model, scopes), plan, scopes, warnings, spec, checks)
     plans = _plans(model)
     if plans is None:
         plans = model.__dict__[ATTRIBUTE] = _Plans(model)

@@ -137,8 +137,10 @@ def config_attribute(config: Any, name: str, default: Any) -> Any:
     if lookup:  # transformers' lookup: its `attribute_map` first, read as it reads it
         name = _OBJECT_LOOKUP(config, "attribute_map").get(name, name)
     try:
+        if getattr(type(config), name, _UNSET) is _UNSET:  # no class attribute: the instance's (a miss raises nothing)
+            return _OBJECT_LOOKUP(config, "__dict__").get(name, default)
         return _OBJECT_LOOKUP(config, name)
-    except AttributeError:
+    except AttributeError:  # (no instance `__dict__`, or a descriptor that raises)
         return default
 
 

@@ -25,7 +25,7 @@ from ._scopes import decorated_paths, exposed_names, is_under, outermost, plain_
 from ._selection import position_counter, resolve_selections
 from ._session import decorator_tie_last, tie_last_enabled
 
-__all__ = ["Scope", "ScopePlan", "Tie", "TraceOutput", "TracePlan", "plan_trace", "stale"]
+__all__ = ["Scope", "ScopePlan", "Tie", "TraceOutput", "TracePlan", "ConfigReads", "config_reads", "plan_trace", "stale"]
 
 
 class Scope(NamedTuple):
@@ -106,17 +106,38 @@ def plan_trace(model: nn.Module, scopes: Sequence[Scope], outputs: str | Iterabl
     return TracePlan(tuple(planned), tuple(by_name[name] for name in wanted), MappingProxyType(names))
 
 
-def stale(plan: TracePlan, scopes: Sequence[Scope]) -> bool:
-    """Whether what `plan` read from configs (each tie point's tie-last setting, the layer count of
-    negative `layers`) would be read differently now: a kept plan is then planned again."""
+class ConfigReads(NamedTuple):
+    """What a plan read from configs (`config_reads`): each tie point with its scope's options, the
+    setting read, its class's forward and that forward's decorator argument; each scope that selects
+    layers with what it selected."""
+
+    ties: tuple[tuple[nn.Module, Mapping[str, Any], bool, Any, bool | None], ...]
+    selections: tuple[tuple[Scope, ScopePlan], ...]
+
+
+def config_reads(plan: TracePlan, scopes: Sequence[Scope]) -> ConfigReads:
+    """What `stale` reads again: the tie-last setting of each tie point, the layers of each exposed
+    scope whose recorders select layers (negative ones count from the config's layer count)."""
     by_number = {scope.number: scope for scope in scopes}
-    for planned in plan.scopes:
-        if not planned.exposed:
-            continue
-        scope = by_number[planned.number]
-        for tie in planned.ties:
-            if _tie_enabled(tie.module, scope.options) != tie.enabled:
-                return True
+    exposed = [(by_number[p.number], p) for p in plan.scopes if p.exposed]
+    ties = tuple(
+        (tie.module, scope.options, tie.enabled, _forward(tie.module), decorator_tie_last(tie.module))
+        for scope, planned in exposed
+        for tie in planned.ties
+    )
+    selecting = tuple((scope, planned) for scope, planned in exposed if any(r.layers is not None for _, r in scope.tasks))
+    return ConfigReads(ties, selecting)
+
+
+def stale(reads: ConfigReads) -> bool:
+    """Whether what a plan read from configs (`config_reads`) would be read differently now: a kept
+    plan is then planned again."""
+    for module, options, enabled, forward, decorated in reads.ties:
+        if _forward(module) is not forward:  # (the decorator's argument read again only for a new forward)
+            decorated = decorator_tie_last(module)
+        if tie_last_enabled(getattr(module, "config", None), options, decorated) != enabled:
+            return True
+    for scope, planned in reads.selections:
         if _selections(scope, planned.keys, planned.hooks) != planned.selections:
             return True
     return False
@@ -172,3 +193,7 @@ def _ties(model: nn.Module, scope: Scope, decorated: list[str], paths: list[str]
 def _tie_enabled(module: nn.Module, options: Mapping[str, Any]) -> bool:
     """Whether a scope with `options` ties its last hidden state at `module` (the tie-last rule)."""
     return tie_last_enabled(getattr(module, "config", None), options, decorator_tie_last(module))
+
+
+def _forward(module: nn.Module) -> Any:
+    return getattr(type(module), "forward", None)

@@ -16,15 +16,16 @@ installs no more than its hooks.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
+from contextvars import Token
 from functools import partial
 from typing import Any
 
 from torch import nn
 
-from ._collector import Collector, install_hooks
+from ._collector import Collector, hook_listeners
 from ._intercept import Interception, intercept
+from ._prepared import Prepared
 from ._padding import plan_watch, warning_state
 from ._session import Session, tie_last_hidden_state
 from ._trace_plan import TracePlan
@@ -48,7 +49,10 @@ class TraceRun:
         self.session = Session(Collector(()), block=True)
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
         self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
-        self._installed: list[Interception] = []  # the hooks and frames of the last block
+        self._silent_checks = self._silent_paths()
+        self._prepared: Prepared | None = None  # the listeners and frames, installed for each block
+        self._padding: Interception | None = None  # the padding watch's frame of this block
+        self._token: Token[Any] | None = None  # from `session.enter`, while the block records
         self._outer: nn.Module | None = None  # the module whose calls the frames delimit as steps
         self._empty()
 
@@ -61,35 +65,44 @@ class TraceRun:
         self._ties: list[int] = []
         self._depth = 0
 
-    def start(self, stack: contextlib.ExitStack, outer: nn.Module) -> None:
+    def start(self, outer: nn.Module) -> None:
         """Install the plan's hooks and frames (`outer`: the module whose calls are steps) and start
-        recording in this context; closing `stack` stops recording, then removes them all."""
-        stack.callback(self._remove)
-        stack.callback(self.session.close)
+        recording in this context, until `stop` (which is also what undoes a `start` that raised)."""
+        self._token = None
         self._install(outer)
-        stack.callback(self.session.exit, self.session.enter())
+        self._token = self.session.enter()
+
+    def stop(self) -> None:
+        """Stop recording (in every context), then remove the hooks and frames."""
+        try:
+            if self._token is not None:
+                self.session.exit(self._token)
+                self._token = None
+        finally:
+            self.session.close()
+            self._remove()
 
     def _install(self, outer: nn.Module) -> None:
-        """Install the listeners and frames: those of the last block again, or new ones for a new `outer`."""
-        previous, self._installed = self._installed, []
+        """Install the listeners and frames: those prepared for the last block again, or new ones for a new `outer`."""
         if self.padding is not None:  # first: the mask is known to every role of the call, ties included
             frame = (outer, *self.padding.frame(outer, self.session.recording, warning_state()))
-            self._installed.append(intercept([], [frame]))
-            previous = previous[1:]
-        if previous and outer is self._outer:
-            for handle in previous:
-                self._installed.append(handle.again())
-            return
-        self._outer = outer
-        for scope in self.plan.scopes:
-            if scope.exposed and scope.hooks:
-                gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
-                self._installed.append(install_hooks(list(scope.hooks), gate))
-        self._installed.append(intercept([], self._frames(outer)))
+            self._padding = intercept([], [frame])
+        if self._prepared is None or outer is not self._outer:
+            self._outer = outer
+            items = []
+            for scope in self.plan.scopes:
+                if scope.exposed and scope.hooks:
+                    gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
+                    items += hook_listeners(list(scope.hooks), gate)
+            self._prepared = Prepared(items, self._frames(outer))
+        self._prepared.install()
 
     def _remove(self) -> None:
-        for handle in self._installed:
-            handle.remove()
+        if self._prepared is not None:
+            self._prepared.remove()
+        if self._padding is not None:
+            self._padding.remove()
+            self._padding = None
 
     def finish(self) -> None:
         """Forget what the block recorded (its `Captures` keep it), so that this run can serve the next
@@ -172,16 +185,24 @@ class TraceRun:
         """The outputs whose modules ran and gave None where they read (`Collector.silent`), so the
         block can say why they are empty; `hidden_states` and keys with a layer selection (which hold
         None for unselected layers on purpose) left out."""
-        names = {(o.scope, o.key): o.name for o in self.plan.outputs}
         silent = {}
+        for name, collector, paths in self._silent_checks:
+            if collector.silent and not collector.silent.isdisjoint(paths):
+                silent[name] = self.lists[name]
+        return silent
+
+    def _silent_paths(self) -> list[tuple[str, Collector, frozenset[str]]]:
+        """What `silent_outputs` asks of each output: its name, its collector, the paths of its modules."""
+        names = {(o.scope, o.key): o.name for o in self.plan.outputs}
+        checks = []
         for scope in self.plan.scopes:
             collector = self.collectors.get(scope.number)
             for key in scope.keys:
                 if collector is None or key == "hidden_states" or key in collector.selections:
                     continue
-                if any(row.path in collector.silent for row in scope.hooks if any(e.key == key for e in row.entries)):
-                    silent[names[(scope.number, key)]] = self.lists[names[(scope.number, key)]]
-        return silent
+                paths = frozenset(row.path for row in scope.hooks if any(e.key == key for e in row.entries))
+                checks.append((names[(scope.number, key)], collector, paths))
+        return checks
 
 
 def _frame(

@@ -1,0 +1,141 @@
+"""Interceptions installed again and again: the listeners and frames of a `trace` run kept for its plan.
+
+A block installs the same listeners and frames as the block before it on the same plan. Building an
+interceptor per module and block (`intercept`) costs more than the block's forward hooks would
+(figures: docs/performance.md); a `Prepared` builds each module's interceptor once and, per block,
+only sets and deletes the module's `forward` entry, where nothing else intercepts or hooks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import attrgetter, is_
+from typing import Any
+
+from torch import nn
+from torch.nn.modules.module import _global_forward_hooks
+
+from ._intercept import _FORWARD, _FRAMES, _LISTENERS, Enter, Exit, Interception, Listener, _Interceptor, _lock, intercept
+
+__all__ = ["Prepared"]
+
+# A module's kept interceptor: (module, interceptor, its bound `forward`, listeners, frames).
+_Kept = tuple[nn.Module, _Interceptor, Callable[..., Any], tuple[tuple[Listener, Any], ...], tuple[tuple[Enter, Exit], ...]]
+_HOOKS = "_forward_hooks"
+
+
+class Prepared:
+    """Listeners and frames installed again and again, one installation at a time (a `trace` run
+    kept for its plan installs the same ones for each block): `install()`, then `remove()`.
+
+    Each module's interceptor is built once, its tuples holding exactly the module's entries. A module
+    with no `forward` of its own and no forward hooks when installed (the common case) gets only its
+    `forward` entry set, and deleted at removal while the interceptor still holds its entries alone.
+    Any other module, and one whose interceptor others joined meanwhile, takes `intercept`'s way (its
+    interceptor is then built again), so what a call sees is what `intercept` would have installed.
+    When every module is in the common case, each step is one C-level pass over all of them.
+    """
+
+    __slots__ = ("_kept", "_modules", "_interceptors", "_methods", "_dicts", "_entries", "_fast", "_slow")
+
+    def __init__(self, items: Iterable[tuple[nn.Module, Listener, Any]], frames: Iterable[tuple[nn.Module, Enter, Exit]]) -> None:
+        entries: dict[int, tuple[nn.Module, list[tuple[Listener, Any]], list[tuple[Enter, Exit]]]] = {}
+        for module, listener, context in items:
+            entries.setdefault(id(module), (module, [], []))[1].append((listener, context))
+        for module, enter, exit in frames:
+            entries.setdefault(id(module), (module, [], []))[2].append((enter, exit))
+        self._kept = [_kept_interceptor(m, tuple(listeners), tuple(frames)) for m, listeners, frames in entries.values()]
+        self._columns()
+        self._fast: list[_Kept] = []  # installed by setting `forward` (`_kept` itself when all are)
+        self._slow: Interception | None = None  # installed by `intercept`
+
+    def _columns(self) -> None:
+        """The kept interceptors' fields as lists, for the passes over all of them (each module's
+        `__dict__` too: an `nn.Module` keeps its own for life)."""
+        columns = list(zip(*self._kept)) or [()] * 5
+        self._modules, self._interceptors, self._methods, listeners, frames = map(list, columns)
+        self._dicts: list[dict[str, Any]] = [module.__dict__ for module in self._modules]
+        self._entries = list(zip(listeners, frames))
+
+    def install(self) -> None:
+        """Install every listener and frame (`intercept`'s semantics)."""
+        with _lock:
+            if _global_forward_hooks or any(map(dict.get, self._dicts, repeat(_HOOKS))):
+                slow = self._install_each()
+            else:
+                # The class's forward, bound now (it may have changed since the last block), then ours
+                # where the module has no `forward` of its own (one that has takes `intercept`'s way).
+                list(map(setattr, self._interceptors, repeat("inner"), map(getattr, self._modules, repeat(_FORWARD))))
+                found = list(map(dict.setdefault, self._dicts, repeat(_FORWARD), self._methods))
+                if all(map(is_, found, self._methods)):
+                    self._fast, slow = self._kept, []
+                else:
+                    self._fast = [k for k, value in zip(self._kept, found) if value is k[2]]
+                    slow = [k for k, value in zip(self._kept, found) if value is not k[2]]
+        if slow:
+            self._slow = intercept([(k[0], *e) for k in slow for e in k[3]], [(k[0], *e) for k in slow for e in k[4]])
+
+    def _install_each(self) -> list[_Kept]:
+        """`install` where forward hooks run: module by module; returns those for `intercept`."""
+        slow = []
+        for kept, own in zip(self._kept, self._dicts):
+            module = kept[0]
+            if _global_forward_hooks or _FORWARD in own or module._forward_hooks:
+                slow.append(kept)
+                continue
+            kept[1].inner = module.forward
+            own[_FORWARD] = kept[2]
+            self._fast.append(kept)
+        return slow
+
+    def remove(self) -> None:
+        """Remove what `install` installed (idempotent)."""
+        fast, self._fast = self._fast, []
+        slow, self._slow = self._slow, None
+        joined = []
+        with _lock:
+            # Ours alone: its listeners and frames ours (others who joined would have added theirs), and
+            # its `forward` ours (edits or the slower path would have set `edited`, `_bind`; a wrapper
+            # set over it is put back).
+            if fast is self._kept and list(map(_entries, self._interceptors)) == self._entries:
+                found: list[Any] = list(map(dict.pop, self._dicts, repeat(_FORWARD), repeat(None)))
+                if not all(map(is_, found, self._methods)):
+                    for kept, own, value in zip(self._kept, self._dicts, found):
+                        if value is not kept[2]:
+                            if value is not None:
+                                own[_FORWARD] = value
+                            joined.append(kept)
+                fast = []
+            for kept in fast:
+                module, interceptor, method, listeners, frames = kept
+                own = module.__dict__
+                if own.get(_FORWARD) is method and interceptor.listeners == listeners and interceptor.frames == frames:
+                    del own[_FORWARD]
+                else:
+                    joined.append(kept)
+        if slow is not None:
+            slow.remove()
+        if joined:
+            self._renew(joined)
+
+    def _renew(self, joined: list[_Kept]) -> None:
+        """Others joined these interceptors, or set `forward` over them: removed as `intercept`'s are;
+        the modules get new interceptors for the next installation."""
+        entries = [(k[0], k[1], entry, _LISTENERS) for k in joined for entry in k[3]]
+        Interception(entries + [(k[0], k[1], entry, _FRAMES) for k in joined for entry in k[4]]).remove()
+        renewed = {id(k): _kept_interceptor(k[0], k[3], k[4]) for k in joined}
+        self._kept = [renewed.get(id(k), k) for k in self._kept]
+        self._columns()
+
+
+_entries = attrgetter(_LISTENERS, _FRAMES)
+
+
+def _kept_interceptor(
+    module: nn.Module, listeners: tuple[tuple[Listener, Any], ...], frames: tuple[tuple[Enter, Exit], ...]
+) -> _Kept:
+    """An interceptor for `Prepared`, holding the module's listeners and frames (`inner` set at install)."""
+    interceptor = _Interceptor(module.forward)
+    interceptor.listeners, interceptor.frames = listeners, frames
+    return (module, interceptor, interceptor.forward, listeners, frames)
