@@ -23,7 +23,8 @@ forward or a hook raised an `Exception` (`always_call`), that exits the frames s
 Concurrent sessions on one module share its interceptor; removing the last listener restores the
 module's `__dict__` exactly. A copy of a module made while it is intercepted
 (`copy.deepcopy`, pickling) gets a pass-through with no listeners. While intercepted,
-`inspect.signature(module.forward)` is `(*args, **kwargs)`. Dynamo guards on the instance `forward`,
+`inspect.signature(module.forward)` is the signature of the forward it shadows (`_signatures`), which
+callers such as `generate` read. Dynamo guards on the instance `forward`,
 so code compiled before an interception is recompiled (once) to include it.
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from types import MethodType
 from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
@@ -38,7 +40,9 @@ from typing import Any
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks
 
-__all__ = ["Listener", "Enter", "Exit", "InputEdit", "OutputEdit", "INPUTS", "OUTPUTS", "Interception", "intercept"]
+from ._signatures import signed
+
+__all__ = ["Listener", "Enter", "Exit", "InputEdit", "OutputEdit", "INPUTS", "OUTPUTS", "Interception", "intercept", "observing"]
 
 # Called after the module's forward returned: (its context, positional args, keyword args, output).
 Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
@@ -65,15 +69,15 @@ class _Interceptor:
     """What an intercepted module's `forward` is bound to: the input edits, the frames' entries, the
     shadowed forward, the output edits and the listeners, then the frames' exits.
 
-    The module's `forward` is a bound method of the interceptor, not the interceptor itself: dynamo
-    then guards on the method's function, which all interceptors share, and does not recompile for
-    each new interceptor. `forward` serves a module with listeners and frames only; `edited` one with
+    The module's `forward` is a bound method of the interceptor (`bound`), not the interceptor itself:
+    dynamo then guards on the method's function, which all interceptors of one class forward share
+    (`_signatures`: it shows that forward's signature), and does not recompile for each new interceptor. `forward` serves a module with listeners and frames only; `edited` one with
     edits or on the slower path, whose hooks (`late`: `before_hooks`, `after_hooks`, `unwound`) run
     the edits, listeners and frames (`_bind` picks).
     The tuples are replaced, never mutated, so a running call sees one snapshot.
     """
 
-    __slots__ = ("inner", "shadowed", "listeners", "frames", "inputs", "outputs", "late", "slow", "editing", "pending")
+    __slots__ = ("inner", "shadowed", "listeners", "frames", "inputs", "outputs", "late", "slow", "editing", "pending", "methods")
 
     def __init__(self, inner: Callable[..., Any], shadowed: Any = _ABSENT) -> None:
         self.inner = inner  # what `module.forward` was: the bound class forward, or `shadowed`
@@ -88,6 +92,12 @@ class _Interceptor:
         self.editing = False  # whether the module's `forward` is `edited`
         # On the slower path: the frames entered by calls running now, by `id` of each call's kwargs.
         self.pending: dict[int, tuple[tuple[tuple[Enter, Exit], ...], list[Any], dict[str, Any]]] = {}
+        # `forward` and `edited`, showing the signature of the forward they shadow (`_signatures`).
+        self.methods = (signed(_Interceptor.forward, inner), signed(_Interceptor.edited, inner))  # type: ignore[arg-type]
+
+    def bound(self, editing: bool = False) -> Callable[..., Any]:
+        """What the module's `forward` is set to: `edited` when `editing`, else `forward`, bound."""
+        return MethodType(self.methods[editing], self)
 
     def forward(self, /, *args: Any, **kwargs: Any) -> Any:
         # `self` positional-only: a keyword argument is not compared with it by name on each call.
@@ -195,10 +205,27 @@ def _exit_frames(frames: tuple[tuple[Enter, Exit], ...], tokens: list[Any], outp
         exit(token, output, finished)
 
 
+# The ids of yamltrace's own forward hooks that only observe (return None; `_padding`'s root-call
+# hooks): they change nothing a caller receives, so they send no module to the slower path.
+_observers: set[int] = set()
+
+
+def observing(*handles: Any) -> Callable[[], None]:
+    """Mark forward hooks (their handles) as observers that change no output; returns their remover."""
+    _observers.update(handle.id for handle in handles)
+
+    def remove() -> None:
+        for handle in handles:
+            handle.remove()
+            _observers.discard(handle.id)
+
+    return remove
+
+
 def _foreign_forward_hooks(module: nn.Module, interceptor: _Interceptor) -> bool:
-    """Whether forward hooks other than the interceptor's own run after the module's forward."""
+    """Whether forward hooks other than the interceptor's own and the observers run after the module's forward."""
     own = [handle.id for handle in interceptor.late]
-    return bool(_global_forward_hooks) or any(key not in own for key in module._forward_hooks)
+    return bool(_global_forward_hooks) or any(key not in own and key not in _observers for key in module._forward_hooks)
 
 
 def _bind(module: nn.Module, interceptor: _Interceptor) -> None:
@@ -226,7 +253,7 @@ def _bind(module: nn.Module, interceptor: _Interceptor) -> None:
             interceptor.late = (after, *pre, *last)
             interceptor.slow = True
     interceptor.editing = late or bool(interceptor.inputs or interceptor.outputs)
-    method = interceptor.edited if interceptor.editing else interceptor.forward
+    method = interceptor.bound(interceptor.editing)
     own = module.__dict__
     current = own.get(_FORWARD)
     if getattr(current, "__self__", None) is interceptor and current != method:
@@ -334,5 +361,5 @@ def _interceptor_on(module: nn.Module) -> _Interceptor:
     interceptor = None if shadowed is _ABSENT else _interceptor_of(shadowed)
     if interceptor is None:
         interceptor = _Interceptor(module.forward, shadowed)
-        own[_FORWARD] = interceptor.forward
+        own[_FORWARD] = interceptor.bound()
     return interceptor

@@ -29,6 +29,7 @@ from torch.compiler import is_dynamo_compiling
 
 from .._recorder_fields import PADDING_POSITIONS
 from ..errors import PositionError
+from ._intercept import observing
 from ._wrappers import unwrap
 
 __all__ = [
@@ -253,16 +254,10 @@ class PaddingWatch:
                 if finished is not None:
                     finished(call)
 
-        handles = [
+        return observing(
             module.register_forward_pre_hook(before, with_kwargs=True),
             module.register_forward_hook(after, with_kwargs=True, always_call=True),
-        ]
-
-        def remove() -> None:
-            for handle in handles:
-                handle.remove()
-
-        return remove
+        )
 
     def _padded(self, call: RootCall) -> str | None:
         """The warning for the literal recorders whose positions select padding in this call, or None."""

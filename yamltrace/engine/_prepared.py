@@ -138,4 +138,4 @@ def _kept_interceptor(
     """An interceptor for `Prepared`, holding the module's listeners and frames (`inner` set at install)."""
     interceptor = _Interceptor(module.forward)
     interceptor.listeners, interceptor.frames = listeners, frames
-    return (module, interceptor, interceptor.forward, listeners, frames)
+    return (module, interceptor, interceptor.bound(), listeners, frames)
