@@ -61,6 +61,7 @@ def test_every_intercepted_forward_shows_its_own_signature() -> None:
     config = transformers.LlamaConfig(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
     )
+    config._attn_implementation = "eager"  # (attention weights are computed)
     model = transformers.LlamaForCausalLM(config).eval()
     modules = {"": model, "model": model.model, "layer": model.model.layers[0], "attention": model.model.layers[0].self_attn}
     before = {name: inspect.signature(module.forward) for name, module in modules.items()}
