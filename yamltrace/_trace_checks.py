@@ -228,8 +228,11 @@ def _weightless_fix(spec: Spec, implementation: str) -> str:
     )
 
 
-def attention_weight_issues(model: nn.Module, spec: Spec) -> list[SpecIssue]:
-    """One located issue per recorder of attention weights whose modules compute none (sdpa, flash)."""
+def attention_weight_issues(
+    model: nn.Module, spec: Spec, *, checked: Callable[[str, str], bool] | None = None
+) -> list[SpecIssue]:
+    """One located issue per recorder of attention weights whose modules compute none (sdpa, flash);
+    `checked(scope, key)`, when given, says which keys are recorded (the others are not looked at)."""
     paths = [p for p, _ in _spec_sections(spec)]
     named = dict(model.named_modules())
     issues = []
@@ -238,6 +241,8 @@ def attention_weight_issues(model: nn.Module, spec: Spec) -> list[SpecIssue]:
             continue
         modules = scope_modules(model, scope, paths)
         for key in ATTENTION_WEIGHT_KEYS.intersection(outputs):
+            if checked is not None and not checked(scope, key):
+                continue
             for position, recorder in enumerate(outputs[key]):
                 hooked = [scope + path if scope else path[1:] for path, m in modules if recorder.matches(m, path)]
                 implementations = [(p, getattr(nearest_config(named, p), "_attn_implementation", None)) for p in hooked]

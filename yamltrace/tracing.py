@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from itertools import repeat
 from typing import Any
 
@@ -147,8 +147,9 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
     if kept is None:
         scopes, explicit, followed = _resolve(model, spec, strict)
         planned = plan_trace(model, scopes, outputs)
-        dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, planned, outputs, strict)
-        weights = [] if followed is None else attention_weight_issues(model, followed)
+        chosen = _chosen(planned, outputs)
+        dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, chosen, strict)
+        weights = [] if followed is None else attention_weight_issues(model, followed, checked=chosen)
         checks = None if followed is None else _attention_reads(model, followed)
         kept = keep_plan(model, key, refers_to, planned, scopes, (dead, weights, followed), explicit, checks)
     dead, weights, followed = kept.warnings
@@ -159,16 +160,21 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
     return kept
 
 
-def _dead_recorders(
-    model: nn.Module, spec: Spec, scopes: list[_Scope], planned: TracePlan, outputs: str | Iterable[str] | None, strict: bool
-) -> list[Any]:
-    """The dead recorders of an explicit spec (a `SpecError` with `strict`): every recorder is checked,
-    or with `outputs` those of the chosen keys."""
+def _chosen(planned: TracePlan, outputs: str | Iterable[str] | None) -> Callable[[str, str], bool]:
+    """Whether the block records a key of a scope (`checked(scope path, key)`): every key, or with
+    `outputs` the chosen ones; what the plan-time checks look at."""
     wanted = {output.name for output in planned.outputs}
 
     def checked(path: str, key: str) -> bool:
         return outputs is None or planned.names.get((path, key)) in wanted
 
+    return checked
+
+
+def _dead_recorders(
+    model: nn.Module, spec: Spec, scopes: list[_Scope], checked: Callable[[str, str], bool], strict: bool
+) -> list[Any]:
+    """The dead recorders of an explicit spec among the keys the block records (a `SpecError` with `strict`)."""
     issues = dead_recorders(model, spec, {s.path: s.module for s in scopes}, checked=checked)
     if issues and strict:
         raise SpecError(issues)

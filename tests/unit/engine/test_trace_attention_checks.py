@@ -74,3 +74,22 @@ def test_a_sub_configs_attention_implementation_changed_between_blocks_is_seen(f
     second = block_warnings(model, spec)
     forget_plans(model)
     assert second == block_warnings(model, spec) and bool(second) == (then == "sdpa")
+
+
+def test_only_the_keys_a_block_records_are_checked() -> None:
+    """`outputs=` leaving the attention weights out: nothing to warn about (they are not captured)."""
+    model = LlamaModel(tiny_config()).eval()
+    model.set_attn_implementation("sdpa")
+    spec = {"hidden_states": "transformers.models.llama.modeling_llama:LlamaDecoderLayer", **ATTENTIONS["outputs"]}
+    document = {"yamltrace": 1, "outputs": spec}
+
+    def warned(outputs: object) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.no_grad(), yamltrace.trace(model, document, outputs=outputs):
+                model(ids())
+        return [str(w.message) for w in caught if "captures attention weights" in str(w.message)]
+
+    assert warned("hidden_states") == []
+    assert len(warned(None)) == 1
+    assert len(warned(["hidden_states", "attentions"])) == 1
