@@ -225,9 +225,10 @@ def _unwatch(reference: _Watch) -> None:
 
 def _on_module_registration(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
     # Skipped while torch.compile traces a forward: registrations there build throwaway containers
-    # (a sliced ModuleList), and reading the table would make dynamo guard on its contents. The
-    # membership test comes first: it is what every registration in eager code pays.
-    if id(module) in _watched and not is_compiling():
+    # (a sliced ModuleList), and reading the table would make dynamo guard on its contents, and
+    # iterate it while weak-reference callbacks of modules collected meanwhile change it
+    # ("dictionary changed size during iteration"). So the compile test comes first.
+    if not is_compiling() and id(module) in _watched:
         invalidate()
 
 
