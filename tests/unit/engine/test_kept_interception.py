@@ -16,21 +16,10 @@ from torch import nn
 from yamltrace.engine import forget_plans
 from yamltrace.engine._intercept import OUTPUTS, intercept
 from yamltrace.engine._prepared import Prepared
-from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyModel
+from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import trace
 
 SPEC = {"hidden_states": TinyDecoderLayer, "attentions": TinyAttention}
-
-
-@pytest.fixture
-def model() -> TinyModel:
-    torch.manual_seed(0)
-    return TinyModel(TinyConfig(num_hidden_layers=3)).eval()
-
-
-@pytest.fixture
-def ids() -> torch.Tensor:
-    return torch.randint(0, 128, (1, 5), generator=torch.Generator().manual_seed(0))
 
 
 def captured(model: nn.Module, ids: torch.Tensor, spec: Any = SPEC) -> dict[str, Any]:

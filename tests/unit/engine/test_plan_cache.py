@@ -33,17 +33,6 @@ class MarkedAttention(TinyAttention):
 
 
 @pytest.fixture
-def model() -> TinyModel:
-    torch.manual_seed(0)
-    return TinyModel(TinyConfig(num_hidden_layers=3)).eval()
-
-
-@pytest.fixture
-def ids() -> torch.Tensor:
-    return torch.randint(0, 128, (1, 5))
-
-
-@pytest.fixture
 def walks() -> Callable[[], int]:
     """How many times `plan_hooks` walked a model (rather than took its plan from the cache) since the test began."""
     start = cache_info().misses

@@ -48,17 +48,6 @@ class Doubling(nn.Module):
         return hidden_states * 2
 
 
-@pytest.fixture
-def model() -> TinyModel:
-    torch.manual_seed(0)
-    return TinyModel(TinyConfig(num_hidden_layers=3)).eval()
-
-
-@pytest.fixture
-def ids() -> torch.Tensor:
-    return torch.randint(0, 128, (1, 5), generator=torch.Generator().manual_seed(0))
-
-
 def captured(model: nn.Module, ids: torch.Tensor, spec: Any = None, **kwargs: Any) -> dict[str, Any]:
     with torch.no_grad(), trace(model, spec, **kwargs) as captures:
         model(ids)
