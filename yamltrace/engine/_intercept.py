@@ -93,7 +93,7 @@ class _Interceptor:
         # On the slower path: the frames entered by calls running now, by `id` of each call's kwargs.
         self.pending: dict[int, tuple[tuple[tuple[Enter, Exit], ...], list[Any], dict[str, Any]]] = {}
         # `forward` and `edited`, showing the signature of the forward they shadow (`_signatures`).
-        self.methods = (signed(_Interceptor.forward, inner), signed(_Interceptor.edited, inner))  # type: ignore[arg-type]
+        self.methods = signed(_METHODS, inner)
 
     def bound(self, editing: bool = False) -> Callable[..., Any]:
         """What the module's `forward` is set to: `edited` when `editing`, else `forward`, bound."""
@@ -197,6 +197,10 @@ class _Interceptor:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Interceptor, (self.inner,))
+
+
+# The methods a module's `forward` is bound to (`_Interceptor.bound`): `forward`, then `edited`.
+_METHODS: tuple[Any, ...] = (_Interceptor.forward, _Interceptor.edited)
 
 
 def _exit_frames(frames: tuple[tuple[Enter, Exit], ...], tokens: list[Any], output: Any, finished: bool) -> None:

@@ -19,30 +19,36 @@ from typing import Any
 
 __all__ = ["signed"]
 
-# Per class forward (the function of a bound `module.forward`): the copies made of each interceptor method.
-_copies: weakref.WeakKeyDictionary[Any, dict[str, types.FunctionType]] = weakref.WeakKeyDictionary()
+# Per class forward (the function of a bound `module.forward`): the copies made of the interceptor methods.
+_copies: weakref.WeakKeyDictionary[Any, tuple[types.FunctionType, ...]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 _BOUND = inspect.Parameter("_interceptor", inspect.Parameter.POSITIONAL_ONLY)  # dropped when bound
 
 
-def signed(method: types.FunctionType, shadowed: Callable[..., Any]) -> types.FunctionType:
-    """`method` (a function of the interceptor class), or a copy of it whose signature, once bound,
-    is `shadowed`'s; `method` itself where `shadowed` has no signature `inspect` can read."""
+def signed(methods: tuple[types.FunctionType, ...], shadowed: Callable[..., Any]) -> tuple[types.FunctionType, ...]:
+    """`methods` (functions of the interceptor class), or copies of them whose signature, once bound,
+    is `shadowed`'s; `methods` themselves where `shadowed` has no signature `inspect` can read. One
+    lookup serves them all (each new interceptor asks)."""
     source = getattr(shadowed, "__func__", None)
     key = source if isinstance(source, types.FunctionType) else None
     if key is not None:
         found = _copies.get(key)
-        if found is not None and method.__name__ in found:
-            return found[method.__name__]
+        if found is not None and len(found) == len(methods):
+            return found
     try:
         signature = inspect.signature(shadowed)
         shown = signature.replace(parameters=[_BOUND, *signature.parameters.values()])
     except (TypeError, ValueError):
-        return method
+        return methods
+    copies = tuple(_copy(method, shown) for method in methods)
+    if key is not None:
+        with _lock:
+            copies = _copies.setdefault(key, copies)
+    return copies
+
+
+def _copy(method: types.FunctionType, shown: inspect.Signature) -> types.FunctionType:
     copy = types.FunctionType(method.__code__, method.__globals__, method.__name__, method.__defaults__, method.__closure__)
     copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = method.__kwdefaults__, method.__qualname__, method.__doc__
     copy.__signature__ = shown  # type: ignore[attr-defined]
-    if key is not None:
-        with _lock:
-            copy = _copies.setdefault(key, {}).setdefault(method.__name__, copy)
     return copy
