@@ -289,6 +289,48 @@ class _Block:
         _close(kept, run, edits, None if kind is not None else model)
 
 
+def stepwise(
+    model: nn.Module,
+    spec: SpecLike | None = None,
+    *,
+    outputs: str | Iterable[str] | None = None,
+    strict: bool = True,
+    values: Mapping[str, Any] | None = None,
+) -> _Stepwise:
+    """A `trace` block read call by call, for a loop that runs the model many times and wants each
+    call's captures apart (`extract`): in `with stepwise(...) as steps:`, `steps.take()` returns what
+    the calls of the model finished since the last `take` captured (`key -> tuple`, as the block's
+    `Captures` would give it) and forgets it, so the block holds one call's captures at a time.
+    Arguments and errors as `trace`'s. One block for the whole loop installs its hooks once, where a
+    block per call installs and removes them every time (figures: docs/performance.md, Extraction).
+    """
+    return _Stepwise(model, spec, outputs, strict, values)
+
+
+class _Stepwise(_Block):
+    """The block of `stepwise`: `take()` (its value) and `skip()` (forget what was recorded so far)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _Stepwise:  # type: ignore[override]
+        super().__enter__()
+        return self
+
+    def take(self) -> dict[str, tuple[Any, ...]]:
+        """The captures of the calls finished since the last `take` (or `skip`), which the block forgets;
+        an output whose modules gave no tensor warns, as at the end of a `trace` block."""
+        _, run, _, model = self._open[-1]
+        if run.ends and (silent := run.silent_outputs()):
+            warn_no_tensor(model, silent)
+        return run.take()
+
+    def skip(self) -> None:
+        """Forget what the block recorded so far (calls the loop did not make itself)."""
+        run = self._open[-1][1]
+        if run.ends:
+            run.take()
+
+
 def _close(kept: KeptPlan, run: TraceRun, edits: Any, model: nn.Module | None = None) -> None:
     """End a block: stop its run, remove its edits, and (for a block that did not raise, `model`) say
     which outputs recorded no tensor; then the run waits for the next block on its plan."""

@@ -1,8 +1,8 @@
 """Instructions per batch of `extract`, beside a plain forward and one `trace` block per forward.
 
 The tiny model and batches of `bench_extract.py` (4 x 16 tokens, every layer's hidden state). Rows:
-a plain `model(**batch)`; `with trace(model, spec): model(**batch)`; `_run._capture` (that block, the
-captures checked and moved to the CPU); and `extract` itself, per batch: (instructions of a run over
+a plain `model(**batch)`; `with trace(model, spec): model(**batch)`; a forward in one open
+`tracing.stepwise` block and its `take()` (how `extract` captures a batch); and `extract` itself, per batch: (instructions of a run over
 n + k batches - those of a run over k) / n, so the run's fixed cost (lock, fingerprint, index) cancels;
 the writer thread is counted (callgrind counts every thread). The fixed cost of a k-batch run is
 printed too. Run: `python tests/benchmarks/icount_extract.py [--n 30 --k 10]` (under callgrind, a few
@@ -29,7 +29,7 @@ def measure(counter: icount.Counter) -> list[tuple[str, float]]:
 
     from yamltrace import trace
     from yamltrace.extraction import extract
-    from yamltrace.extraction._run import _capture
+    from yamltrace.tracing import stepwise
 
     torch.set_num_threads(1)
     model, spec = _model_and_spec({})
@@ -43,8 +43,11 @@ def measure(counter: icount.Counter) -> list[tuple[str, float]]:
         with trace(model, spec):
             model(**next(turn))
 
-    def captured() -> None:
-        _capture(model, spec, None, next(turn), ("input_ids", "attention_mask"), 0, 4)
+    steps = stepwise(model, spec)
+
+    def stepped() -> None:
+        model(**next(turn))
+        steps.take()
 
     out = Path(tempfile.mkdtemp(prefix="icount-extract-")) / "out"
 
@@ -57,8 +60,10 @@ def measure(counter: icount.Counter) -> list[tuple[str, float]]:
 
     rows = []
     with torch.inference_mode():
-        for name, call in (("plain forward", plain), ("trace block + forward", traced), ("_capture", captured)):
+        for name, call in (("plain forward", plain), ("trace block + forward", traced)):
             rows.append((name, counter.per_call(call)))
+        with steps:
+            rows.append(("forward + take() in an open stepwise block", counter.per_call(stepped)))
     run(counter.k)()
     long, _ = counter.count(run(counter.n + counter.k), 1)
     short, _ = counter.count(run(counter.k), 1)

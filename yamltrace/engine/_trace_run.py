@@ -114,6 +114,21 @@ class TraceRun:
         self.session.reopen()
         self._empty()
 
+    def take(self) -> dict[str, tuple[Any, ...]]:
+        """What the finished steps recorded, by output name, and forget it: the lists start over empty
+        in place (the listeners, frames and the block's `Captures` hold them), so a block that runs on
+        holds one step's values at a time. Between calls of the traced module only."""
+        if self._depth:
+            raise RuntimeError("TraceRun.take: a call of the traced module is running; take between calls.")
+        taken = {}
+        for name, values in self.lists.items():
+            taken[name] = tuple(values[: self._step_starts[name]])  # (a scope called outside a step: not kept)
+            del values[:]
+            del self.paths[name][:]
+        self._step_starts = dict.fromkeys(self.lists, 0)
+        del self.ends[:]
+        return taken
+
     def _frames(self, outer: nn.Module) -> list[tuple[nn.Module, Callable[..., Any], Callable[[bool, Any, bool], None]]]:
         """One frame per module with roles: entries in the order added, exits in reverse."""
         roles: dict[int, tuple[nn.Module, list[Entered], list[Exited]]] = {}

@@ -21,7 +21,7 @@ from torch import nn
 from .._spec_arg import as_spec
 from ..engine import attached_spec, shared_warning, unwrap
 from ..spec import Spec, spec_from_model
-from ..tracing import trace
+from ..tracing import stepwise, trace
 from ..errors import ExtractInterrupted
 from ._columns import add_columns, check_columns, split_columns
 from ._index import INDEX_FILE, ExtractError, build_index, dtype_code, fingerprint, tensor_name, write_json_atomically
@@ -140,30 +140,29 @@ def _moved(value: Any, device: torch.device) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor) and value.device != device else value
 
 
-def _capture(
-    model: nn.Module, spec: Any, outputs: Any, batch: Any, inputs: Sequence[str], index: int, rows: int, values: Any = None
+def _call(model: nn.Module, batch: Any) -> None:
+    """One forward on a batch: a dict is keyword arguments, a tuple or list positional ones."""
+    if isinstance(batch, Mapping):
+        model(**batch)
+    elif isinstance(batch, (tuple, list)):
+        model(*batch)
+    else:
+        model(batch)
+
+
+def _batch_tensors(
+    captured: Mapping[str, tuple[Any, ...]], batch: Any, inputs: Sequence[str], index: int, rows: int
 ) -> dict[str, torch.Tensor]:
-    """One batch's captures as `{tensor name: CPU tensor [rows, ...]}`, plus the kept model inputs."""
-    with trace(model, spec, outputs=outputs, values=values) as captured:
-        if isinstance(batch, Mapping):
-            model(**batch)
-        elif isinstance(batch, (tuple, list)):
-            model(*batch)
-        else:
-            model(batch)
+    """One batch's captures as `{tensor name: CPU tensor}`, plus the kept model inputs (their rows are
+    checked with the batch's layout, `_Rows.check`)."""
     tensors: dict[str, torch.Tensor] = {}
-    for key in captured:
-        for layer, value in enumerate(captured[key]):
+    for key, values in captured.items():
+        for layer, value in enumerate(values):
             if value is None:
                 continue
-            name = tensor_name(key, layer)
-            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != rows:
-                what = f"shape {list(value.shape)}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
-                raise ExtractError(
-                    f"batch {index}: {name} is {what}, not a tensor with one row per batch row ({rows}); extract "
-                    "stores tensors whose dimension 0 is the batch."
-                )
-            tensors[name] = _on_cpu(value)
+            if not isinstance(value, torch.Tensor):
+                raise _not_rows(index, tensor_name(key, layer), f"a {type(value).__name__}", rows)
+            tensors[tensor_name(key, layer)] = _on_cpu(value)
     if isinstance(batch, Mapping):
         for name in inputs:
             if isinstance(batch.get(name), torch.Tensor):
@@ -171,6 +170,13 @@ def _capture(
                     raise ExtractError(f"the spec's key {name!r} has the name of a model input kept beside it; rename the key.")
                 tensors[name] = _on_cpu(batch[name])
     return tensors
+
+
+def _not_rows(index: int, name: str, what: str, rows: int) -> ExtractError:
+    return ExtractError(
+        f"batch {index}: {name} is {what}, not a tensor with one row per batch row ({rows}); extract stores tensors "
+        "whose dimension 0 is the batch."
+    )
 
 
 def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
@@ -187,18 +193,22 @@ def _layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
 class _Rows:
     """Checks that every batch gives rows of one layout: the resumed run's, else the first batch's.
 
-    A batch whose row shapes and dtypes are those of the last batch checked passes on one comparison of
-    torch sizes and dtypes; any other is checked in full (`_check_layout`: safetensors codes, the message).
+    A batch whose names, shapes and dtypes are those of the last batch checked passes on one comparison
+    (each tensor's shape and dtype read once); any other is checked in full: dimension 0 is the batch's
+    rows, then the layout (`_check_layout`: safetensors codes, the message).
     """
 
     def __init__(self, expected: Layout | None) -> None:
         self.expected = expected
-        self._passed: dict[str, tuple[torch.Size, torch.dtype]] | None = None
+        self._passed: tuple[int, list[str], list[tuple[torch.Size, torch.dtype]]] | None = None
 
-    def check(self, tensors: Mapping[str, torch.Tensor], index: int) -> None:
-        seen = {name: (t.shape[1:], t.dtype) for name, t in tensors.items()}
+    def check(self, tensors: Mapping[str, torch.Tensor], index: int, rows: int) -> None:
+        seen = (rows, list(tensors), [(t.shape, t.dtype) for t in tensors.values()])
         if seen == self._passed:
             return
+        for name, (shape, _) in zip(seen[1], seen[2]):
+            if not shape or shape[0] != rows:
+                raise _not_rows(index, name, f"shape {list(shape)}", rows)
         layout = _layout(tensors)
         self.expected = self.expected or layout
         _check_layout(layout, self.expected, index)
@@ -367,13 +377,17 @@ def _run_batches(
     in the input."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     layout = _Rows(expected)
-    with torch.inference_mode(), shared_warning():  # one padding warning per run, not per batch's trace
+    # One `trace` block for the whole loop, read batch by batch (`stepwise`): its hooks go on once.
+    with torch.inference_mode(), shared_warning(), stepwise(model, spec, outputs=outputs, values=values) as steps:
         for index, batch in schedule:
+            steps.skip()  # (calls of the model made while the input gave this batch are not this batch's)
             batch, carried, texts = split_columns(batch, columns, index, _rows_of)
             rows = _rows_of(batch)
-            tensors = _capture(model, spec, outputs, _to(batch, device), inputs, index, rows, values)
+            batch = _to(batch, device)
+            _call(model, batch)
+            tensors = _batch_tensors(steps.take(), batch, inputs, index, rows)
             add_columns(tensors, carried, texts)
-            layout.check(tensors, index)
+            layout.check(tensors, index, rows)
             writer.put(index, rows, tensors, texts)
             if reporter is not None:
                 reporter.update(1, rows)

@@ -18,6 +18,7 @@ import os
 import queue
 import struct
 import threading
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -37,12 +38,14 @@ from ._index import (
 
 __all__ = ["ShardWriter", "write_safetensors", "ABORT_WAIT"]
 
-ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two tensors of a shard)
-_FILE_BUFFER = 2**20  # bytes gathered before a write to the shard file (a batch's tensors are small writes)
+ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two writes of a shard)
+_FILE_BUFFER = 2**20  # bytes gathered before a write to the shard file (the header, small tensors)
+_GATHER_BYTES = 4 * 2**20  # a tensor's pieces (one per batch) are joined into writes of at most this many bytes
 # Dtypes whose `Tensor.numpy()` array is the tensor's bytes in one call; others (bfloat16, float8) are viewed as bytes.
 _NUMPY_DTYPES = frozenset(
     {torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
 )
+_NBYTES = attrgetter("nbytes")
 _POLL = 0.1  # seconds between two looks at the queue or the thread
 _DONE = object()
 _Item = tuple[int, int, dict[str, torch.Tensor], dict[str, list[str]]]  # (batch index, rows, {name: tensor}, {column: texts})
@@ -80,10 +83,12 @@ class ShardWriter:
     def put(self, batch: int, rows: int, tensors: dict[str, torch.Tensor], texts: dict[str, list[str]] | None = None) -> None:
         """Add one batch's tensors (rows along dimension 0) and text columns (one string per row); waits
         while `max_pending` shards are queued."""
-        self._raise_if_failed()
+        if self._error is not None:
+            self._raise_if_failed()
         self._filling.append((batch, rows, tensors, texts or {}))
-        self._size += sum(t.nbytes for t in tensors.values())
-        self._size += sum(len(text.encode("utf-8")) for values in (texts or {}).values() for text in values)
+        self._size += sum(map(_NBYTES, tensors.values()))
+        if texts:
+            self._size += sum(len(text.encode("utf-8")) for values in texts.values() for text in values)
         if self._size >= self.shard_bytes:
             self._hand_over()
 
@@ -174,34 +179,52 @@ def write_safetensors(
     safetensors file to the binary file `f`, flushed to disk.
 
     The file is the safetensors format (an 8-byte little-endian header length, a JSON header naming
-    each tensor's dtype, shape and byte range, then the bytes), written piece by piece: no tensor is
-    concatenated in memory first, so writing a shard needs no second copy of it. When `stop` is set,
-    writing ends between two pieces (raising `_Abandoned`).
+    each tensor's dtype, shape and byte range, then the bytes). A tensor's pieces are joined into
+    writes of at most `_GATHER_BYTES` (one copy, one write, instead of a write per piece), so writing
+    a shard needs at most that much more memory, never a second copy of the shard. When `stop` is
+    set, writing ends between two writes (raising `_Abandoned`).
     """
     names = list(pieces[0])
     header: dict[str, Any] = {"__metadata__": metadata}
     offset = 0
+    columns = []
     for name in names:
-        first = pieces[0][name]
-        rows = sum(piece[name].shape[0] for piece in pieces)
-        size = sum(piece[name].nbytes for piece in pieces)
+        column = [piece[name] for piece in pieces]
+        sizes = [t.nbytes for t in column]
+        size = sum(sizes)
         header[name] = {
-            "dtype": dtype_code(first.dtype),
-            "shape": [rows, *first.shape[1:]],
+            "dtype": dtype_code(column[0].dtype),
+            "shape": [sum(t.shape[0] for t in column), *column[0].shape[1:]],
             "data_offsets": [offset, offset + size],
         }
         offset += size
+        columns.append((column, sizes))
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the format pads the header to 8 bytes with spaces
     f.write(struct.pack("<Q", len(encoded)))
     f.write(encoded)
-    for name in names:
-        for piece in pieces:
+    for column, sizes in columns:
+        for group in _groups(column, sizes):
             if stop is not None and stop.is_set():
                 raise _Abandoned
-            f.write(_raw(piece[name]))
+            f.write(_raw(group[0] if len(group) == 1 else torch.cat(group)))
     f.flush()
     os.fsync(f.fileno())
+
+
+def _groups(column: list[torch.Tensor], sizes: list[int]) -> list[list[torch.Tensor]]:
+    """`column`'s tensors in order, in runs of at most `_GATHER_BYTES` (a larger tensor is a run alone)."""
+    groups: list[list[torch.Tensor]] = []
+    group: list[torch.Tensor] = []
+    total = 0
+    for tensor, size in zip(column, sizes):
+        if group and total + size > _GATHER_BYTES:
+            groups.append(group)
+            group, total = [], 0
+        group.append(tensor)
+        total += size
+    groups.append(group)
+    return groups
 
 
 def _raw(tensor: torch.Tensor) -> Any:

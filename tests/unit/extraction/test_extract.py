@@ -162,3 +162,16 @@ def test_the_public_names_are_the_functions() -> None:
 
     assert yamltrace.extract is extract and yamltrace.open_activations is open_activations
     assert yamltrace.extraction.extract is extract
+
+
+def test_model_calls_made_while_the_input_gives_a_batch_are_not_stored(model, batches, tmp_path: Path) -> None:
+    def batches_that_call_the_model():
+        for batch in batches:
+            model(input_ids=batch["input_ids"][:1, :2])  # say, a filter run on the side: not this batch's
+            yield batch
+
+    acts = extract(model, TINY, batches_that_call_the_model(), tmp_path, progress=False)
+    steps = traced(model, TINY, batches)
+    for key in ("hidden_states", "attentions"):
+        for layer in acts.layers(key):
+            assert torch.equal(acts.get(key, layer), torch.cat([step[key][layer] for step in steps])), (key, layer)

@@ -40,3 +40,43 @@ def test_every_dtype_and_layout_reads_back_as_written(tmp_path: Path) -> None:
     for name in pieces[0]:
         expected = torch.cat([piece[name] for piece in pieces])
         assert read[name].dtype == expected.dtype and torch.equal(read[name], expected), name
+
+
+class _Writes:
+    """A binary file that keeps each write's size (and the bytes, to read back)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.data = bytearray()
+
+    def write(self, buffer: object) -> int:
+        data = bytes(memoryview(buffer).cast("B"))  # type: ignore[arg-type]
+        self.sizes.append(len(data))
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return -1
+
+
+def test_a_tensors_pieces_are_joined_into_bounded_writes(tmp_path: Path, monkeypatch) -> None:
+    from yamltrace.extraction import _writer
+
+    monkeypatch.setattr(_writer, "_GATHER_BYTES", 100)
+    monkeypatch.setattr(_writer.os, "fsync", lambda fd: None)
+    torch.manual_seed(0)
+    # float32 rows of 5 values (20 bytes): pieces of 1, 2, 1, 8 (160 bytes, over the bound: alone), 2, 3 rows.
+    pieces = [{"x": torch.randn(rows, 5), "y": torch.randn(rows, 5)[:, ::2]} for rows in (1, 2, 1, 8, 2, 3)]
+    f = _Writes()
+    write_safetensors(f, pieces, {"run": "x"})  # type: ignore[arg-type]
+    data_writes = f.sizes[2:]  # after the header's length and the header
+    # x: 20+40+20 | 160 | 40+60; y (3 columns, 12 bytes a row): 12+24+12 | 96 | 24+36
+    assert data_writes == [80, 160, 100, 48, 96, 60]
+    path = tmp_path / "shard.safetensors"
+    path.write_bytes(bytes(f.data))
+    read = load_file(path)
+    for name in ("x", "y"):
+        assert torch.equal(read[name], torch.cat([piece[name] for piece in pieces])), name
