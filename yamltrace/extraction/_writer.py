@@ -40,7 +40,7 @@ __all__ = ["ShardWriter", "write_safetensors", "ABORT_WAIT"]
 
 ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two writes of a shard)
 _FILE_BUFFER = 2**20  # bytes gathered before a write to the shard file (the header, small tensors)
-_GATHER_BYTES = 4 * 2**20  # a tensor's pieces (one per batch) are joined into writes of at most this many bytes
+_GATHER_BYTES = 4 * 2**20  # a tensor's pieces under _FILE_BUFFER (one per batch) are joined into writes of at most this
 # Dtypes whose `Tensor.numpy()` array is the tensor's bytes in one call; others (bfloat16, float8) are viewed as bytes.
 _NUMPY_DTYPES = frozenset(
     {torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
@@ -179,10 +179,10 @@ def write_safetensors(
     safetensors file to the binary file `f`, flushed to disk.
 
     The file is the safetensors format (an 8-byte little-endian header length, a JSON header naming
-    each tensor's dtype, shape and byte range, then the bytes). A tensor's pieces are joined into
-    writes of at most `_GATHER_BYTES` (one copy, one write, instead of a write per piece), so writing
-    a shard needs at most that much more memory, never a second copy of the shard. When `stop` is
-    set, writing ends between two writes (raising `_Abandoned`).
+    each tensor's dtype, shape and byte range, then the bytes). A tensor's small pieces are joined
+    into writes of at most `_GATHER_BYTES` (one copy, as the file buffer would make, and one write
+    instead of a write per piece), so writing a shard needs at most that much more memory, never a
+    second copy of the shard. When `stop` is set, writing ends between two writes (raising `_Abandoned`).
     """
     names = list(pieces[0])
     header: dict[str, Any] = {"__metadata__": metadata}
@@ -213,17 +213,23 @@ def write_safetensors(
 
 
 def _groups(column: list[torch.Tensor], sizes: list[int]) -> list[list[torch.Tensor]]:
-    """`column`'s tensors in order, in runs of at most `_GATHER_BYTES` (a larger tensor is a run alone)."""
+    """`column`'s tensors in order, as the runs written together: tensors smaller than the file buffer
+    (which a write would copy into it anyway) joined up to `_GATHER_BYTES`; a larger one alone (its
+    write copies nothing)."""
     groups: list[list[torch.Tensor]] = []
     group: list[torch.Tensor] = []
     total = 0
     for tensor, size in zip(column, sizes):
-        if group and total + size > _GATHER_BYTES:
+        if group and (size >= _FILE_BUFFER or total + size > _GATHER_BYTES):
             groups.append(group)
             group, total = [], 0
         group.append(tensor)
         total += size
-    groups.append(group)
+        if size >= _FILE_BUFFER:
+            groups.append(group)
+            group, total = [], 0
+    if group:
+        groups.append(group)
     return groups
 
 

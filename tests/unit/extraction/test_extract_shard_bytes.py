@@ -62,19 +62,21 @@ class _Writes:
         return -1
 
 
-def test_a_tensors_pieces_are_joined_into_bounded_writes(tmp_path: Path, monkeypatch) -> None:
+def test_a_tensors_small_pieces_are_joined_into_bounded_writes(tmp_path: Path, monkeypatch) -> None:
     from yamltrace.extraction import _writer
 
     monkeypatch.setattr(_writer, "_GATHER_BYTES", 100)
+    monkeypatch.setattr(_writer, "_FILE_BUFFER", 150)
     monkeypatch.setattr(_writer.os, "fsync", lambda fd: None)
     torch.manual_seed(0)
-    # float32 rows of 5 values (20 bytes): pieces of 1, 2, 1, 8 (160 bytes, over the bound: alone), 2, 3 rows.
-    pieces = [{"x": torch.randn(rows, 5), "y": torch.randn(rows, 5)[:, ::2]} for rows in (1, 2, 1, 8, 2, 3)]
+    # float32 rows of 5 values (20 bytes): pieces of 1, 2, 1, 8 (160 bytes, over the file buffer: alone),
+    # 2, 3, 4 rows; y keeps 3 columns (12 bytes a row, 96 for 8 rows: under the buffer).
+    pieces = [{"x": torch.randn(rows, 5), "y": torch.randn(rows, 5)[:, ::2]} for rows in (1, 2, 1, 8, 2, 3, 4)]
     f = _Writes()
     write_safetensors(f, pieces, {"run": "x"})  # type: ignore[arg-type]
     data_writes = f.sizes[2:]  # after the header's length and the header
-    # x: 20+40+20 | 160 | 40+60; y (3 columns, 12 bytes a row): 12+24+12 | 96 | 24+36
-    assert data_writes == [80, 160, 100, 48, 96, 60]
+    # x: 20+40+20 | 160 | 40+60 | 80;  y: 12+24+12 | 96 | 24+36 | 48
+    assert data_writes == [80, 160, 100, 80, 48, 96, 60, 48]
     path = tmp_path / "shard.safetensors"
     path.write_bytes(bytes(f.data))
     read = load_file(path)
