@@ -26,12 +26,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # A model whose forward is a few tens of milliseconds on one core: TinyModel, wider and with longer rows.
 CONFIG = dict(vocab_size=128, hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4)
 ROUNDS = 7
-# Shards of 8 MiB: a run writes many, as a long one does, so the last shard (written while nothing
-# else runs) is a small part of the time, as it is over a dataset.
+# Shards of a size that makes a run write many (about 15 for the wide model's 120 MiB, 8 for the tiny
+# model's 8 MiB), as a long one does, so the last shard (written while nothing else runs) is a small
+# part of the time, as it is over a dataset.
 SHARD_BYTES = 8 * 2**20
-# (name, config, batch, sequence, batches): the wide model, and the 50k-parameter default whose
-# forward (about 3 ms) is short enough for the per-batch cost of capture to show.
-CASES = [("wide", CONFIG, 8, 128, 24), ("tiny", {}, 4, 16, 200)]
+# (name, config, batch, sequence, batches, shard bytes): the wide model, and the 50k-parameter default
+# whose forward (about 3 ms) is short enough for the per-batch cost of capture to show.
+CASES = [("wide", CONFIG, 8, 128, 24, SHARD_BYTES), ("tiny", {}, 4, 16, 200, 2**20)]
 
 
 def _model_and_spec(config: dict):
@@ -50,8 +51,10 @@ def _batches(count: int, batch: int, seq: int):
         yield {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-@pytest.mark.parametrize(("name", "config", "batch", "seq", "count"), CASES, ids=[c[0] for c in CASES])
-def test_extract_throughput_against_a_plain_forward_loop(name: str, config: dict, batch: int, seq: int, count: int) -> None:
+@pytest.mark.parametrize(("name", "config", "batch", "seq", "count", "shard_bytes"), CASES, ids=[c[0] for c in CASES])
+def test_extract_throughput_against_a_plain_forward_loop(
+    name: str, config: dict, batch: int, seq: int, count: int, shard_bytes: int
+) -> None:
     from yamltrace.extraction import extract
 
     torch.set_num_threads(1)
@@ -64,15 +67,16 @@ def test_extract_throughput_against_a_plain_forward_loop(name: str, config: dict
             for batch in batches:
                 model(**batch)
 
-    written: list[int] = []  # bytes each extract round wrote
+    written: list[tuple[int, int]] = []  # (bytes, shards) each extract round wrote
 
     def extracting() -> None:
         # Into an empty folder; the last round's output is removed outside the timed call (`untimed`).
-        extract(model, spec, batches, scratch / "out", progress=False, shard_bytes=SHARD_BYTES)
+        extract(model, spec, batches, scratch / "out", progress=False, shard_bytes=shard_bytes)
 
     def untimed(variant: str) -> None:
         if variant == "extract":
-            written.append(sum(p.stat().st_size for p in (scratch / "out").glob("*.safetensors")))
+            shards = list((scratch / "out").glob("*.safetensors"))
+            written.append((sum(p.stat().st_size for p in shards), len(shards)))
             shutil.rmtree(scratch / "out")
 
     times: dict[str, list[float]] = {"plain": [], "extract": []}
@@ -96,7 +100,7 @@ def test_extract_throughput_against_a_plain_forward_loop(name: str, config: dict
         record("extract", f"{where}, {clock}: plain loop, {rows} rows", f"{rows / plain_s:,.0f} rows/s ({plain_s * 1e3:.0f} ms)")
         record(
             "extract",
-            f"{where}, {clock}: extract, {written[-1] / 2**20:.0f} MiB",
+            f"{where}, {clock}: extract, {written[-1][0] / 2**20:.0f} MiB in {written[-1][1]} shards",
             f"{rows / extract_s:,.0f} rows/s ({extract_s * 1e3:.0f} ms)",
         )
         target = ">= 0.98x" if name == "wide" else ">= 0.95x"
