@@ -4,12 +4,16 @@ Throughput: the same batches through `extract` (every layer's hidden state writt
 background writer) and through a plain `model(**batch)` loop under `torch.inference_mode()`, in
 alternating order over several rounds, one torch thread, ratio of medians. Two clocks: the CPU time
 of the whole process (`time.process_time`, the writer thread included; time other processes hold
-the cores is not counted, so this is the figure a shared machine resolves) and wall-clock time. Memory: peak RSS of a fresh process extracting N and 10 N rows.
+the cores is not counted, so this is the figure a shared machine resolves) and wall-clock time; and
+each variant's system CPU time and minor page faults (glibc's allocator returning memory to the
+system and faulting it back shows there: docs/performance.md, Extraction). Memory: peak RSS of a
+fresh process extracting N and 10 N rows.
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import shutil
 import statistics
 import subprocess
@@ -81,15 +85,20 @@ def test_extract_throughput_against_a_plain_forward_loop(
 
     times: dict[str, list[float]] = {"plain": [], "extract": []}
     cpu: dict[str, list[float]] = {"plain": [], "extract": []}
+    # The kernel's share: system CPU time and minor page faults (memory the allocator returned and took back).
+    kernel: dict[str, list[tuple[float, int]]] = {"plain": [], "extract": []}
     try:
         plain(), extracting(), untimed("extract")  # warm-up
         for round_ in range(ROUNDS):
             order = [("plain", plain), ("extract", extracting)]
             for variant, run in order if round_ % 2 == 0 else order[::-1]:
+                usage = resource.getrusage(resource.RUSAGE_SELF)
                 start, start_cpu = time.perf_counter(), time.process_time()
                 run()
                 times[variant].append(time.perf_counter() - start)
                 cpu[variant].append(time.process_time() - start_cpu)
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                kernel[variant].append((after.ru_stime - usage.ru_stime, after.ru_minflt - usage.ru_minflt))
                 untimed(variant)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -105,6 +114,9 @@ def test_extract_throughput_against_a_plain_forward_loop(
         )
         target = ">= 0.98x" if name == "wide" else ">= 0.95x"
         record("extract", f"{where}, {clock}: throughput, extract / plain", f"{plain_s / extract_s:.2f}x", target)
+    for variant, figures in kernel.items():
+        system, faults = statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
+        record("extract", f"{where}, {variant}: system CPU time, minor page faults", f"{system * 1e3:.0f} ms, {faults:,.0f}")
 
 
 CHILD = """
