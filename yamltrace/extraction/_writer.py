@@ -39,7 +39,8 @@ from ._index import (
 __all__ = ["ShardWriter", "write_safetensors", "ABORT_WAIT"]
 
 ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two writes of a shard)
-_FILE_BUFFER = 2**16  # bytes gathered before a write to the shard file (the header, small groups); a larger write goes straight to the file
+# Bytes gathered before a write to the shard file (the header, small groups); a larger write goes straight to the file.
+_FILE_BUFFER = 2**16
 _GATHER_BYTES = 4 * 2**20  # a tensor's pieces under _FILE_BUFFER (one per batch) are joined into writes of at most this
 # Dtypes whose `Tensor.numpy()` array is the tensor's bytes in one call; others (bfloat16, float8) are viewed as bytes.
 _NUMPY_DTYPES = frozenset(
