@@ -14,8 +14,9 @@ call's cost as the difference of two counts). On the tiny `LlamaModel` with no d
 - the peer tasks T2 and T3 (`peers.py`), each beside its own hooks: T2, a dict spec recording each
   decoder layer's, attention's and MLP's output, against forward hooks appending those outputs; T3, a
   dict spec recording each decoder layer's last position (literal `positions: [-1]`, which gives the
-  root call a padding watch), against forward hooks appending `output[:, -1:]` (a view; the recorder
-  copies, `narrow_copy`).
+  root call a padding watch), against forward hooks appending `output[:, -1:]` (a view, the ratio's
+  baseline), and beside hooks appending a copy of it (what the recorder keeps, `narrow_copy`, and
+  peers.py's hooks keep).
 
 The variants are measured in interleaved rounds, each reported as the median of its same-round
 differences with the raw forward. Not collected by pytest; asserts nothing about speed.
@@ -70,9 +71,10 @@ def _main(output: object) -> object:
     return output[0] if isinstance(output, tuple) else output
 
 
-def _task_hooks(model, modules: list, ids, last: bool) -> Callable[[], object]:
-    """A forward with hooks on `modules` appending their main output (its last position when
-    `last`), registered and removed around it (peers.py's baseline of T2 and T3)."""
+def _task_hooks(model, modules: list, ids, last: bool | str) -> Callable[[], object]:
+    """A forward with hooks on `modules` appending their main output (its last position, a view, when
+    `last`; a copy of it when `last` is "copy", as the recorder keeps and peers.py's hooks do),
+    registered and removed around it (the baseline of T2 and T3)."""
 
     def whole(module, args, output, store=None):
         store.append(_main(output))
@@ -80,9 +82,12 @@ def _task_hooks(model, modules: list, ids, last: bool) -> Callable[[], object]:
     def last_position(module, args, output, store=None):
         store.append(_main(output)[:, -1:])
 
+    def last_copied(module, args, output, store=None):
+        store.append(_main(output)[:, -1:].clone())
+
     def call() -> object:
         store: list = []
-        hook = partial(last_position if last else whole, store=store)
+        hook = partial(last_copied if last == "copy" else last_position if last else whole, store=store)
         handles = [module.register_forward_hook(hook) for module in modules]
         try:
             return model(input_ids=ids)
@@ -114,6 +119,9 @@ def _tasks(model, ids, block) -> dict[str, Callable[[], object]]:
         "T2: one trace(model, dict: layers, attention, MLP) block per forward": block(t2),
         f"T3: {len(layers)} forward hooks appending each layer's output[:, -1:]": _task_hooks(model, layers, ids, last=True),
         "T3: one trace(model, dict: layers' positions [-1]) block per forward": block(t3),
+        f"T3: {len(layers)} forward hooks appending a copy of each layer's output[:, -1:]": _task_hooks(
+            model, layers, ids, last="copy"
+        ),
     }
 
 
