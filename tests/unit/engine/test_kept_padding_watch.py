@@ -103,3 +103,14 @@ def test_the_traced_modules_interceptor_is_kept_from_block_to_block(model) -> No
             model(_ids(), attention_mask=UNPADDED)
         assert {k: v for k, v in vars(model).items() if k != "_yamltrace_trace_plans"} == before
     assert forwards[0] is forwards[1]
+
+
+def test_the_tied_last_hidden_state_keeps_each_rows_last_real_token_block_after_block(model) -> None:
+    """The watch's call is published before the traced module's roles and ends after them: the tie at
+    its exit still reads the call's mask (`positions: last`), on a kept run as on a fresh plan."""
+    spec = {"hidden_states": OutputRecorder(TinyDecoderLayer, index=0, positions="last")}
+    for mask in (PADDED, _mask((2, 4)), PADDED):
+        with torch.no_grad(), trace(model, spec) as captures:
+            final = model(_ids(), attention_mask=mask).last_hidden_state
+        assert torch.equal(captures["hidden_states"][-1], final[torch.arange(2), mask.sum(1) - 1][:, None])
+        assert_same(captures["hidden_states"], _fresh(model, spec, [mask])[0]["hidden_states"])
