@@ -10,7 +10,13 @@ call's cost as the difference of two counts). On the tiny `LlamaModel` with no d
   forward: the baseline of the target (one block per forward adds at most 0.8 of what they add);
 - `with trace(model, spec): model(ids)` for each way of naming the same recorders: the model's own map
   (`spec=None`), a dict spec, a spec file, and `builtin:llama` with `outputs=` its two keys;
-- an empty block (`with trace(model): pass`), whose cost is all set-up and tear-down.
+- an empty block (`with trace(model): pass`), whose cost is all set-up and tear-down;
+- the peer tasks T2 and T3 (`peers.py`), each beside its own hooks: T2, a dict spec recording each
+  decoder layer's, attention's and MLP's output, against forward hooks appending those outputs; T3, a
+  dict spec recording each decoder layer's last position (literal `positions: [-1]`, which gives the
+  root call a padding watch), against forward hooks appending `output[:, -1:]` (a view, the ratio's
+  baseline), and beside hooks appending a copy of it (what the recorder keeps, `narrow_copy`, and
+  peers.py's hooks keep).
 
 The variants are measured in interleaved rounds, each reported as the median of its same-round
 differences with the raw forward. Not collected by pytest; asserts nothing about speed.
@@ -24,6 +30,7 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,6 +65,64 @@ def _hooks(model, plan, ids) -> Callable[[], object]:
                 handle.remove()
 
     return call
+
+
+def _main(output: object) -> object:
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _task_hooks(model, modules: list, ids, last: bool | str) -> Callable[[], object]:
+    """A forward with hooks on `modules` appending their main output (its last position, a view, when
+    `last`; a copy of it when `last` is "copy", as the recorder keeps and peers.py's hooks do),
+    registered and removed around it (the baseline of T2 and T3)."""
+
+    def whole(module, args, output, store=None):
+        store.append(_main(output))
+
+    def last_position(module, args, output, store=None):
+        store.append(_main(output)[:, -1:])
+
+    def last_copied(module, args, output, store=None):
+        store.append(_main(output)[:, -1:].clone())
+
+    def call() -> object:
+        store: list = []
+        hook = partial(last_copied if last == "copy" else last_position if last else whole, store=store)
+        handles = [module.register_forward_hook(hook) for module in modules]
+        try:
+            return model(input_ids=ids)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    return call
+
+
+def _tasks(model, ids, block) -> dict[str, Callable[[], object]]:
+    """The T2 and T3 rows (peers.py's tasks), each task's hooks first: `task: name`."""
+    from transformers.models.llama import modeling_llama as llama
+
+    from yamltrace import OutputRecorder
+
+    layers = list(model.layers)
+    modules = [m for layer in layers for m in (layer, layer.self_attn, layer.mlp)]
+    t2 = {
+        "resid": OutputRecorder(llama.LlamaDecoderLayer, index=0),
+        "attn": OutputRecorder(llama.LlamaAttention, index=0),
+        "mlp": OutputRecorder(llama.LlamaMLP, index=0),
+    }
+    t3 = {"resid_last": OutputRecorder(llama.LlamaDecoderLayer, index=0, positions=(-1,))}
+    return {
+        f"T2: {len(modules)} forward hooks appending each layer's, attention's and MLP's output": _task_hooks(
+            model, modules, ids, last=False
+        ),
+        "T2: one trace(model, dict: layers, attention, MLP) block per forward": block(t2),
+        f"T3: {len(layers)} forward hooks appending each layer's output[:, -1:]": _task_hooks(model, layers, ids, last=True),
+        "T3: one trace(model, dict: layers' positions [-1]) block per forward": block(t3),
+        f"T3: {len(layers)} forward hooks appending a copy of each layer's output[:, -1:]": _task_hooks(
+            model, layers, ids, last="copy"
+        ),
+    }
 
 
 def variants(model, ids, spec_path: str) -> dict[str, Callable[[], object]]:
@@ -95,7 +160,14 @@ def variants(model, ids, spec_path: str) -> dict[str, Callable[[], object]]:
             "builtin:llama", ["hidden_states", "attentions"]
         ),
         "empty trace(model) block, no forward": empty,
+        **_tasks(model, ids, block),
     }
+
+
+def _task(name: str) -> str:
+    """The task of a row: `T2`, `T3`, or `T1` (the rows without a prefix)."""
+    prefix = name.split(":", 1)[0]
+    return prefix if prefix in ("T2", "T3") else "T1"
 
 
 def measure(counter: icount.Counter, layers: int, only: list[str] | None = None) -> dict[str, float]:
@@ -130,18 +202,22 @@ def measure(counter: icount.Counter, layers: int, only: list[str] | None = None)
 
 def report(layers: int, figures: dict[str, float], counter: icount.Counter) -> str:
     raw = figures["raw forward"]
-    hooks = next(value for name, value in figures.items() if "forward hooks" in name)
+    hooks: dict[str, float] = {}  # each task's hooks' added cost (the first hooks row of the task)
+    for name, value in figures.items():
+        if "forward hooks" in name:
+            hooks.setdefault(_task(name), value)
     lines = [
         f"\n## One trace block per forward, LlamaModel, {layers} layers (instructions; N={counter.n}, k={counter.k}, "
         f"{ROUNDS} rounds)\n",
-        "| variant | added per forward | ÷ raw forward | ÷ hooks' added |",
+        "| variant | added per forward | ÷ raw forward | ÷ its task's hooks' added |",
         "|---|---|---|---|",
         f"| raw forward | {raw:,.0f} (the forward) | | |",
     ]
     for name, value in figures.items():
         if name == "raw forward":
             continue
-        ratio = "" if name.startswith("empty") else f"{value / hooks:.3f}"
+        base = hooks.get(_task(name))
+        ratio = "" if name.startswith("empty") or base is None else f"{value / base:.3f}"
         lines.append(f"| {name} | {value:+,.0f} | {value / raw:.4f} | {ratio} |")
     lines.append("\n(the empty block's figure is its whole cost; targets: block ÷ hooks ≤ 0.8, empty ÷ raw ≤ 0.02)")
     return "\n".join(lines)

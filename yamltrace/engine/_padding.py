@@ -212,12 +212,13 @@ class PaddingWatch:
         """The root call ends."""
         root_call.reset(token)
 
-    def frame(self, module: nn.Module, is_active: Callable[[], bool], warned: list[bool]) -> tuple[Any, Any]:
+    def frame(self, module: nn.Module, is_active: Callable[[], bool], warned: Callable[[], list[bool]]) -> tuple[Any, Any]:
         """`enter` and `exit` as an interception frame on `module` (`_intercept`), for calls made while
-        `is_active()` (a `trace` block records)."""
+        `is_active()` (a `trace` block records), checking against the warning state `warned()` gives
+        at each call (a `trace` run keeps the frame for its next blocks, each with its own state)."""
 
         def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Token[Any] | None:
-            return self.enter(module, args, kwargs, warned) if is_active() else None
+            return self.enter(module, args, kwargs, warned()) if is_active() else None
 
         def exit(token: Token[Any] | None, output: Any, finished: bool) -> None:
             if token is not None:

@@ -9,9 +9,9 @@ and collectors through their own methods only.
 
 A run serves one block at a time, and the next block on the same plan too (`_plan_cache` keeps it):
 its listeners, frames, session and collectors are built once, installed for each block and removed
-after it (only the padding watch's frame is the block's own: its warning is one per block); `finish`
-empties what the block recorded (the block's `Captures` hold it), so the next block starts empty and
-installs no more than its hooks.
+after it (the padding watch's frame too: what is the block's own is its warning state, taken at
+`start`, which the frame reads per call); `finish` empties what the block recorded (the block's
+`Captures` hold it), so the next block starts empty and installs no more than its hooks.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any
 from torch import nn
 
 from ._collector import Collector, hook_listeners
-from ._intercept import Interception, intercept
 from ._prepared import Prepared
 from ._padding import plan_watch, warning_state
 from ._session import Session, tie_last_hidden_state
@@ -51,7 +50,7 @@ class TraceRun:
         self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
         self._silent_checks = self._silent_paths()
         self._prepared: Prepared | None = None  # the listeners and frames, installed for each block
-        self._padding: Interception | None = None  # the padding watch's frame of this block
+        self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding.warning_state`)
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records
         self._outer: nn.Module | None = None  # the module whose calls the frames delimit as steps
         self._empty()
@@ -69,6 +68,8 @@ class TraceRun:
         """Install the plan's hooks and frames (`outer`: the module whose calls are steps) and start
         recording in this context, until `stop` (which is also what undoes a `start` that raised)."""
         self._token = None
+        if self.padding is not None:
+            self._warned = warning_state()  # one warning per block (per `extract` run: `shared_warning`)
         self._install(outer)
         self._token = self.session.enter()
 
@@ -84,9 +85,6 @@ class TraceRun:
 
     def _install(self, outer: nn.Module) -> None:
         """Install the listeners and frames: those prepared for the last block again, or new ones for a new `outer`."""
-        if self.padding is not None:  # first: the mask is known to every role of the call, ties included
-            frame = (outer, *self.padding.frame(outer, self.session.recording, warning_state()))
-            self._padding = intercept([], [frame])
         if self._prepared is None or outer is not self._outer:
             self._outer = outer
             items = []
@@ -94,15 +92,19 @@ class TraceRun:
                 if scope.exposed and scope.hooks:
                     gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
                     items += hook_listeners(list(scope.hooks), gate)
-            self._prepared = Prepared(items, self._frames(outer))
+            frames = self._frames(outer)
+            if self.padding is not None:  # first: the mask is known to every role of the call, ties included
+                frames.insert(0, (outer, *self.padding.frame(outer, self.session.recording, self.warning)))
+            self._prepared = Prepared(items, frames)
         self._prepared.install()
+
+    def warning(self) -> list[bool]:
+        """The padding warning's state of the block running now (`_padding.PaddingWatch`)."""
+        return self._warned
 
     def _remove(self) -> None:
         if self._prepared is not None:
             self._prepared.remove()
-        if self._padding is not None:
-            self._padding.remove()
-            self._padding = None
 
     def finish(self) -> None:
         """Forget what the block recorded (its `Captures` keep it), so that this run can serve the next
