@@ -18,7 +18,7 @@ import os
 import queue
 import struct
 import threading
-from operator import attrgetter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -38,18 +38,90 @@ from ._index import (
 
 __all__ = ["ShardWriter", "write_safetensors", "ABORT_WAIT"]
 
-ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two writes of a shard)
-# Bytes gathered before a write to the shard file (the header, small groups); a larger write goes straight to the file.
+ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two parts of a shard)
+# Bytes gathered before a write to the shard file (the header, small parts); a larger write goes straight to the file.
 _FILE_BUFFER = 2**16
-_GATHER_BYTES = 4 * 2**20  # a tensor's pieces under _FILE_BUFFER (one per batch) are joined into writes of at most this
+# A batch's tensor under this size is copied into its column's chunk (of at most _CHUNK_BYTES) at `put`.
+_SMALL = 2**16
+_CHUNK_BYTES = 2**20
 # Dtypes whose `Tensor.numpy()` array is the tensor's bytes in one call; others (bfloat16, float8) are viewed as bytes.
 _NUMPY_DTYPES = frozenset(
     {torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
 )
-_NBYTES = attrgetter("nbytes")
 _POLL = 0.1  # seconds between two looks at the queue or the thread
 _DONE = object()
-_Item = tuple[int, int, dict[str, torch.Tensor], dict[str, list[str]]]  # (batch index, rows, {name: tensor}, {column: texts})
+_Item = tuple[int, int, dict[str, list[str]]]  # (batch index, rows, {column: texts})
+
+
+class _Column:
+    """One tensor name's rows in the shard being filled, as the parts written one after the other.
+
+    A batch's tensor under `_SMALL` bytes is copied into the column's current chunk (rows of one
+    allocation of at most `chunk_bytes`), so the batch's own tensor is freed at once: keeping a shard's
+    worth of small tensors alive until it is written slows the allocator for every forward in between
+    (figures: docs/performance.md, Extraction), and a chunk is one write instead of one per batch. A
+    larger tensor is kept as it is and written from its own memory.
+    """
+
+    __slots__ = ("parts", "_chunk", "_filled", "_capacity", "_chunk_bytes")
+
+    def __init__(self, chunk_bytes: int) -> None:
+        self.parts: list[torch.Tensor] = []  # finished parts in row order (the open chunk is not one yet)
+        self._chunk: torch.Tensor | None = None
+        self._filled = 0  # rows of the open chunk that hold data
+        self._capacity = 0  # rows of the open chunk
+        self._chunk_bytes = chunk_bytes
+
+    def add(self, tensor: torch.Tensor, rows: int, size: int) -> None:
+        """Append a batch's `rows` rows (`size` bytes): `tensor` has them, in the column's dtype and row
+        shape (every batch is checked first: `_run._Rows`), so the copy neither broadcasts nor casts."""
+        if size >= _SMALL or not rows:
+            self._seal()
+            self.parts.append(tensor)
+            return
+        filled = self._filled
+        if filled + rows > self._capacity:
+            self._seal()
+            filled, self._capacity = 0, max(rows, self._chunk_bytes // max(size // rows, 1))
+            self._chunk = torch.empty((self._capacity, *tensor.shape[1:]), dtype=tensor.dtype)
+        self._chunk[filled : filled + rows] = tensor  # type: ignore[index]
+        self._filled = filled + rows
+
+    def finished(self) -> list[torch.Tensor]:
+        """Every part, the open chunk's filled rows last."""
+        self._seal()
+        return self.parts
+
+    def _seal(self) -> None:
+        if self._chunk is not None:
+            self.parts.append(self._chunk[: self._filled])
+            self._chunk, self._filled, self._capacity = None, 0, 0
+
+
+class _Shard:
+    """The shard being filled: its batches `(index, rows, texts)` and a `_Column` per tensor name, in
+    the first batch's order."""
+
+    __slots__ = ("items", "columns", "size", "_chunk_bytes")
+
+    def __init__(self, shard_bytes: int) -> None:
+        self.items: list[_Item] = []
+        self.columns: dict[str, _Column] = {}
+        self.size = 0
+        self._chunk_bytes = min(_CHUNK_BYTES, shard_bytes)
+
+    def add(self, batch: int, rows: int, tensors: dict[str, torch.Tensor], texts: dict[str, list[str]]) -> None:
+        self.items.append((batch, rows, texts))
+        columns = self.columns
+        if not columns:  # the first batch: a chunk is about the column's share of the shard
+            share = max(self._chunk_bytes // max(len(tensors), 1), _SMALL)
+            columns.update((name, _Column(share)) for name in tensors)
+        for name, tensor in tensors.items():
+            size = tensor.nbytes
+            columns[name].add(tensor, rows, size)
+            self.size += size
+        if texts:
+            self.size += sum(len(text.encode("utf-8")) for values in texts.values() for text in values)
 
 
 class _Abandoned(Exception):
@@ -73,8 +145,7 @@ class ShardWriter:
         self.run = run
         self.written: list[Path] = []
         self.batches = 0
-        self._filling: list[_Item] = []
-        self._size = 0
+        self._filling = _Shard(shard_bytes)
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._stop = threading.Event()  # set by abort: drop queued shards instead of writing them
@@ -86,16 +157,13 @@ class ShardWriter:
         while `max_pending` shards are queued."""
         if self._error is not None:
             self._raise_if_failed()
-        self._filling.append((batch, rows, tensors, texts or {}))
-        self._size += sum(map(_NBYTES, tensors.values()))
-        if texts:
-            self._size += sum(len(text.encode("utf-8")) for values in texts.values() for text in values)
-        if self._size >= self.shard_bytes:
+        self._filling.add(batch, rows, tensors, texts or {})
+        if self._filling.size >= self.shard_bytes:
             self._hand_over()
 
     def close(self) -> list[Path]:
         """Write what is left as the last shard, wait for the thread; returns the shards written."""
-        if self._filling:
+        if self._filling.items:
             self._hand_over()
         self._send(_DONE)
         while self._thread.is_alive():
@@ -108,12 +176,12 @@ class ShardWriter:
         """Stop without writing what is not written yet (its shard would end at another batch than a full
         run's); the shard being written is abandoned. Waits at most `ABORT_WAIT` seconds; True once stopped."""
         self._stop.set()
-        self._filling = []
+        self._filling = _Shard(self.shard_bytes)
         self._thread.join(ABORT_WAIT)
         return not self._thread.is_alive()
 
     def _hand_over(self) -> None:
-        shard, self._filling, self._size = self._filling, [], 0
+        shard, self._filling = self._filling, _Shard(self.shard_bytes)
         self._send(shard)
 
     def _send(self, item: Any) -> None:
@@ -150,88 +218,63 @@ class ShardWriter:
         except BaseException as e:  # reported to the model loop by put/close
             self._error = e
 
-    def _write(self, buffered: list[_Item]) -> None:
+    def _write(self, shard: _Shard) -> None:
+        items = shard.items
         metadata = {
             RUN_FIELD: self.run,
-            BATCHES_FIELD: json.dumps([[batch, rows] for batch, rows, _, _ in buffered]),
-            KEYS_FIELD: json.dumps(list(buffered[0][2])),  # safetensors lists names sorted; this keeps capture order
+            BATCHES_FIELD: json.dumps([[batch, rows] for batch, rows, _ in items]),
+            KEYS_FIELD: json.dumps(list(shard.columns)),  # safetensors lists names sorted; this keeps capture order
         }
-        if buffered[0][3]:
-            metadata[TEXTS_FIELD] = json.dumps({name: [t for item in buffered for t in item[3][name]] for name in buffered[0][3]})
+        if items[0][2]:
+            metadata[TEXTS_FIELD] = json.dumps({name: [t for item in items for t in item[2][name]] for name in items[0][2]})
         final = self.directory / shard_name(self.rank, self.seq)
         fd, temporary = create_temporary(self.directory, final.name)
         try:
             with os.fdopen(fd, "wb", buffering=_FILE_BUFFER) as f:
-                write_safetensors(f, [item[2] for item in buffered], metadata, stop=self._stop)
+                columns = {name: column.finished() for name, column in shard.columns.items()}
+                write_safetensors(f, columns, metadata, stop=self._stop)
             os.replace(temporary, final)
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
         fsync_directory(self.directory)
         self.written.append(final)
-        self.batches += len(buffered)
+        self.batches += len(items)
         self.seq += 1
 
 
 def write_safetensors(
-    f: BinaryIO, pieces: list[dict[str, torch.Tensor]], metadata: dict[str, str], *, stop: threading.Event | None = None
+    f: BinaryIO, columns: Mapping[str, Sequence[torch.Tensor]], metadata: dict[str, str], *, stop: threading.Event | None = None
 ) -> None:
-    """Write the row-wise concatenation of `pieces` (each `{name: tensor}`, same names) as one
-    safetensors file to the binary file `f`, flushed to disk.
+    """Write each name's parts (tensors of one dtype and row shape, rows along dimension 0), joined row
+    by row, as one safetensors file to the binary file `f`, flushed to disk.
 
     The file is the safetensors format (an 8-byte little-endian header length, a JSON header naming
-    each tensor's dtype, shape and byte range, then the bytes). A tensor's small pieces are joined
-    into writes of at most `_GATHER_BYTES` (one copy, as the file buffer would make, and one write
-    instead of a write per piece), so writing a shard needs at most that much more memory, never a
-    second copy of the shard. When `stop` is set, writing ends between two writes (raising `_Abandoned`).
+    each tensor's dtype, shape and byte range, then the bytes), written part by part from the parts'
+    own memory: no tensor is joined in memory first. When `stop` is set, writing ends between two
+    parts (raising `_Abandoned`).
     """
-    names = list(pieces[0])
     header: dict[str, Any] = {"__metadata__": metadata}
     offset = 0
-    columns = []
-    for name in names:
-        column = [piece[name] for piece in pieces]
-        sizes = [t.nbytes for t in column]
-        size = sum(sizes)
+    for name, parts in columns.items():
+        size = sum(part.nbytes for part in parts)
         header[name] = {
-            "dtype": dtype_code(column[0].dtype),
-            "shape": [sum(t.shape[0] for t in column), *column[0].shape[1:]],
+            "dtype": dtype_code(parts[0].dtype),
+            "shape": [sum(part.shape[0] for part in parts), *parts[0].shape[1:]],
             "data_offsets": [offset, offset + size],
         }
         offset += size
-        columns.append((column, sizes))
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the format pads the header to 8 bytes with spaces
     f.write(struct.pack("<Q", len(encoded)))
     f.write(encoded)
-    for column, sizes in columns:
-        for group in _groups(column, sizes):
+    for parts in columns.values():
+        for part in parts:
             if stop is not None and stop.is_set():
                 raise _Abandoned
-            f.write(_raw(group[0] if len(group) == 1 else torch.cat(group)))
+            f.write(_raw(part))
     f.flush()
     os.fsync(f.fileno())
-
-
-def _groups(column: list[torch.Tensor], sizes: list[int]) -> list[list[torch.Tensor]]:
-    """`column`'s tensors in order, as the runs written together: tensors smaller than the file buffer
-    (which a write would copy into it anyway) joined up to `_GATHER_BYTES`; a larger one alone (its
-    write copies nothing)."""
-    groups: list[list[torch.Tensor]] = []
-    group: list[torch.Tensor] = []
-    total = 0
-    for tensor, size in zip(column, sizes):
-        if group and (size >= _FILE_BUFFER or total + size > _GATHER_BYTES):
-            groups.append(group)
-            group, total = [], 0
-        group.append(tensor)
-        total += size
-        if size >= _FILE_BUFFER:
-            groups.append(group)
-            group, total = [], 0
-    if group:
-        groups.append(group)
-    return groups
 
 
 def _raw(tensor: torch.Tensor) -> Any:

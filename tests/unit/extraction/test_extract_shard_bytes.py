@@ -1,14 +1,17 @@
 """A shard holds every tensor's bytes exactly, whatever its dtype or memory layout: the writer's
-direct path (contiguous tensors of numpy's dtypes) and its byte-view path read back the same."""
+direct path (contiguous tensors of numpy's dtypes) and its byte-view path read back the same, and so
+do a batch's small tensors, which the writer copies into chunks at `put`."""
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from yamltrace.extraction._writer import write_safetensors
+from yamltrace.extraction import _writer
+from yamltrace.extraction._writer import ShardWriter, write_safetensors
 
 
 def _pieces() -> list[dict[str, torch.Tensor]]:
@@ -34,7 +37,7 @@ def test_every_dtype_and_layout_reads_back_as_written(tmp_path: Path) -> None:
     pieces = _pieces()
     path = tmp_path / "shard.safetensors"
     with path.open("wb", buffering=2**20) as f:
-        write_safetensors(f, pieces, {"run": "x"})
+        write_safetensors(f, {name: [piece[name] for piece in pieces] for name in pieces[0]}, {"run": "x"})
     read = load_file(path)
     assert sorted(read) == sorted(pieces[0])
     for name in pieces[0]:
@@ -42,43 +45,57 @@ def test_every_dtype_and_layout_reads_back_as_written(tmp_path: Path) -> None:
         assert read[name].dtype == expected.dtype and torch.equal(read[name], expected), name
 
 
-class _Writes:
-    """A binary file that keeps each write's size (and the bytes, to read back)."""
-
-    def __init__(self) -> None:
-        self.sizes: list[int] = []
-        self.data = bytearray()
-
-    def write(self, buffer: object) -> int:
-        data = bytes(memoryview(buffer).cast("B"))  # type: ignore[arg-type]
-        self.sizes.append(len(data))
-        self.data += data
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-    def fileno(self) -> int:
-        return -1
+def _written(tmp_path: Path, pieces: list[dict[str, torch.Tensor]], shard_bytes: int = 2**30) -> dict[str, torch.Tensor]:
+    """`pieces` (one per batch) through a `ShardWriter`, read back as one tensor per name."""
+    writer = ShardWriter(tmp_path, rank=0, first_seq=0, shard_bytes=shard_bytes, run="x")
+    for index, piece in enumerate(pieces):
+        writer.put(index, next(iter(piece.values())).shape[0], piece)
+    shards = [load_file(path) for path in writer.close()]
+    return {name: torch.cat([shard[name] for shard in shards]) for name in pieces[0]}
 
 
-def test_a_tensors_small_pieces_are_joined_into_bounded_writes(tmp_path: Path, monkeypatch) -> None:
-    from yamltrace.extraction import _writer
-
-    monkeypatch.setattr(_writer, "_GATHER_BYTES", 100)
-    monkeypatch.setattr(_writer, "_FILE_BUFFER", 150)
-    monkeypatch.setattr(_writer.os, "fsync", lambda fd: None)
+def test_every_dtype_and_layout_reads_back_through_the_writer_in_chunks_or_whole(tmp_path: Path, monkeypatch) -> None:
+    # Tensors under 200 bytes are copied into chunks of 3 rows or so; larger ones are written as they are.
+    monkeypatch.setattr(_writer, "_SMALL", 200)
+    monkeypatch.setattr(_writer, "_CHUNK_BYTES", 100 * 9)
     torch.manual_seed(0)
-    # float32 rows of 5 values (20 bytes): pieces of 1, 2, 1, 8 (160 bytes, over the file buffer: alone),
-    # 2, 3, 4 rows; y keeps 3 columns (12 bytes a row, 96 for 8 rows: under the buffer).
-    pieces = [{"x": torch.randn(rows, 5), "y": torch.randn(rows, 5)[:, ::2]} for rows in (1, 2, 1, 8, 2, 3, 4)]
-    f = _Writes()
-    write_safetensors(f, pieces, {"run": "x"})  # type: ignore[arg-type]
-    data_writes = f.sizes[2:]  # after the header's length and the header
-    # x: 20+40+20 | 160 | 40+60 | 80;  y: 12+24+12 | 96 | 24+36 | 48
-    assert data_writes == [80, 160, 100, 80, 48, 96, 60, 48]
-    path = tmp_path / "shard.safetensors"
-    path.write_bytes(bytes(f.data))
-    read = load_file(path)
+    pieces = []
+    for rows in (2, 3, 0, 1, 9, 2, 2, 5):
+        wide = torch.randn(5, rows, 4)
+        pieces.append({
+            "f32": torch.randn(rows, 4, 3),  # 48 bytes a row: small up to 4 rows
+            "transposed": wide.transpose(0, 1),
+            "bf16": torch.randn(rows, 6).to(torch.bfloat16),
+            "bool": torch.rand(rows, 3) > 0.5,
+            "i64": torch.randint(-9, 9, (rows, 2)),
+        })  # fmt: skip
+    read = _written(tmp_path, pieces)
+    for name in pieces[0]:
+        expected = torch.cat([piece[name] for piece in pieces])
+        assert read[name].dtype == expected.dtype and torch.equal(read[name], expected), name
+
+
+def test_rows_spread_over_several_shards_read_back_in_order(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(_writer, "_SMALL", 200)
+    monkeypatch.setattr(_writer, "_CHUNK_BYTES", 64)
+    torch.manual_seed(1)
+    pieces = [{"x": torch.randn(rows, 4), "y": torch.arange(rows * 2).reshape(rows, 2)} for rows in (3, 1, 4, 2, 6, 1)]
+    read = _written(tmp_path, pieces, shard_bytes=150)
+    assert len(list(tmp_path.glob("*.safetensors"))) > 1
     for name in ("x", "y"):
         assert torch.equal(read[name], torch.cat([piece[name] for piece in pieces])), name
+
+
+def test_a_small_tensor_is_not_kept_alive_until_its_shard_is_written(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(_writer, "_SMALL", 1024)
+    writer = ShardWriter(tmp_path, rank=0, first_seq=0, shard_bytes=2**30, run="x")
+    small, large = torch.randn(2, 8), torch.randn(2, 1024)
+    kept_small, kept_large = weakref.ref(small), weakref.ref(large)
+    writer.put(0, 2, {"small": small, "large": large})
+    expected = {"small": small.clone(), "large": large.clone()}
+    del small, large
+    assert kept_small() is None, "the writer copied the small tensor and let it go"
+    assert kept_large() is not None, "a large tensor is written from its own memory"
+    (path,) = writer.close()
+    read = load_file(path)
+    assert all(torch.equal(read[name], expected[name]) for name in expected)
