@@ -83,7 +83,7 @@ class _Column:
         if filled + rows > self._capacity:
             self._seal()
             filled, self._capacity = 0, max(rows, self._chunk_bytes // max(size // rows, 1))
-            self._chunk = torch.empty((self._capacity, *tensor.shape[1:]), dtype=tensor.dtype)
+            self._chunk = torch.empty((self._capacity, *tensor.shape[1:]), dtype=tensor.dtype, device="cpu")
         self._chunk[filled : filled + rows] = tensor  # type: ignore[index]
         self._filled = filled + rows
 
