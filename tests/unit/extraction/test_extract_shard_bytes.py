@@ -99,3 +99,12 @@ def test_a_small_tensor_is_not_kept_alive_until_its_shard_is_written(tmp_path: P
     (path,) = writer.close()
     read = load_file(path)
     assert all(torch.equal(read[name], expected[name]) for name in expected)
+
+
+def test_chunks_are_on_the_cpu_whatever_the_default_device(tmp_path: Path) -> None:
+    writer = ShardWriter(tmp_path, rank=0, first_seq=0, shard_bytes=2**30, run="x")
+    small = torch.randn(2, 4)
+    with torch.device("meta"):  # a model built under a default device does not move the shard
+        writer.put(0, 2, {"x": small})
+    (path,) = writer.close()
+    assert torch.equal(load_file(path)["x"], small)
