@@ -127,12 +127,12 @@ def _rows_of(batch: Any) -> int:
     raise ExtractError(f"a batch must hold a tensor whose dimension 0 is rows; got {type(batch).__name__}.")
 
 
-def _to(batch: Any, device: torch.device) -> Any:
+def _arguments(batch: Any, device: torch.device) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A batch as the model call's `(args, kwargs)`, its tensors on `device`: a dict is keyword
+    arguments, a tuple or list positional ones, anything else the one argument."""
     if isinstance(batch, Mapping):
-        return {k: _moved(v, device) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_moved(v, device) for v in batch)
-    return _moved(batch, device)
+        return (), {k: _moved(v, device) for k, v in batch.items()}
+    return tuple(_moved(v, device) for v in (batch if isinstance(batch, (tuple, list)) else (batch,))), {}
 
 
 def _moved(value: Any, device: torch.device) -> Any:
@@ -140,21 +140,11 @@ def _moved(value: Any, device: torch.device) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor) and value.device != device else value
 
 
-def _call(model: nn.Module, batch: Any) -> None:
-    """One forward on a batch: a dict is keyword arguments, a tuple or list positional ones."""
-    if isinstance(batch, Mapping):
-        model(**batch)
-    elif isinstance(batch, (tuple, list)):
-        model(*batch)
-    else:
-        model(batch)
-
-
 def _batch_tensors(
-    captured: Mapping[str, tuple[Any, ...]], batch: Any, inputs: Sequence[str], index: int, rows: int
+    captured: Mapping[str, tuple[Any, ...]], kwargs: Mapping[str, Any], inputs: Sequence[str], index: int, rows: int
 ) -> dict[str, torch.Tensor]:
-    """One batch's captures as `{tensor name: CPU tensor}`, plus the kept model inputs (their rows are
-    checked with the batch's layout, `_Rows.check`)."""
+    """One batch's captures as `{tensor name: CPU tensor}`, plus the kept model inputs (keyword
+    arguments; their rows are checked with the batch's layout, `_Rows.check`)."""
     tensors: dict[str, torch.Tensor] = {}
     for key, values in captured.items():
         for layer, value in enumerate(values):
@@ -163,12 +153,12 @@ def _batch_tensors(
             if not isinstance(value, torch.Tensor):
                 raise _not_rows(index, tensor_name(key, layer), f"a {type(value).__name__}", rows)
             tensors[tensor_name(key, layer)] = _on_cpu(value)
-    if isinstance(batch, Mapping):
-        for name in inputs:
-            if isinstance(batch.get(name), torch.Tensor):
-                if name in captured:
-                    raise ExtractError(f"the spec's key {name!r} has the name of a model input kept beside it; rename the key.")
-                tensors[name] = _on_cpu(batch[name])
+    for name in inputs:
+        value = kwargs.get(name)
+        if isinstance(value, torch.Tensor):
+            if name in captured:
+                raise ExtractError(f"the spec's key {name!r} has the name of a model input kept beside it; rename the key.")
+            tensors[name] = _on_cpu(value)
     return tensors
 
 
@@ -383,9 +373,9 @@ def _run_batches(
             steps.skip()  # (calls of the model made while the input gave this batch are not this batch's)
             batch, carried, texts = split_columns(batch, columns, index, _rows_of)
             rows = _rows_of(batch)
-            batch = _to(batch, device)
-            _call(model, batch)
-            tensors = _batch_tensors(steps.take(), batch, inputs, index, rows)
+            args, kwargs = _arguments(batch, device)
+            model(*args, **kwargs)
+            tensors = _batch_tensors(steps.take(), kwargs, inputs, index, rows)
             add_columns(tensors, carried, texts)
             layout.check(tensors, index, rows)
             writer.put(index, rows, tensors, texts)
