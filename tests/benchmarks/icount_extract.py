@@ -6,7 +6,8 @@ a plain `model(**batch)`; `with trace(model, spec): model(**batch)`; a forward i
 n + k batches - those of a run over k) / n, so the run's fixed cost (lock, fingerprint, index) cancels;
 the writer thread is counted (callgrind counts every thread). The fixed cost of a k-batch run is
 printed too. Run: `python tests/benchmarks/icount_extract.py [--n 30 --k 10]` (under callgrind, a few
-minutes on one core; see icount.py). Asserts nothing about speed.
+minutes on one core; see icount.py), on an otherwise idle machine: the writer thread runs on the real
+clock, and another busy process moves the `extract` row by up to +50 k. Asserts nothing about speed.
 """
 
 from __future__ import annotations
