@@ -41,7 +41,7 @@ __all__ = ["ShardWriter", "write_safetensors", "ABORT_WAIT"]
 ABORT_WAIT = 10.0  # seconds abort waits for the thread (it stops between two parts of a shard)
 # Bytes gathered before a write to the shard file (the header, small parts); a larger write goes straight to the file.
 _FILE_BUFFER = 2**16
-# A batch's tensor under this size is copied into its column's chunk (of at most _CHUNK_BYTES) at `put`.
+# A batch's tensors under this size are joined, per name, into chunks of about _CHUNK_BYTES in all.
 _SMALL = 2**16
 _CHUNK_BYTES = 2**20
 # Dtypes whose `Tensor.numpy()` array is the tensor's bytes in one call; others (bfloat16, float8) are viewed as bytes.
@@ -56,46 +56,48 @@ _Item = tuple[int, int, dict[str, list[str]]]  # (batch index, rows, {column: te
 class _Column:
     """One tensor name's rows in the shard being filled, as the parts written one after the other.
 
-    A batch's tensor under `_SMALL` bytes is copied into the column's current chunk (rows of one
-    allocation of at most `chunk_bytes`), so the batch's own tensor is freed at once: keeping a shard's
-    worth of small tensors alive until it is written slows the allocator for every forward in between
-    (figures: docs/performance.md, Extraction), and a chunk is one write instead of one per batch. A
-    larger tensor is kept as it is and written from its own memory.
+    A batch's tensor under `_SMALL` bytes waits with the column's other small ones until they hold
+    `chunk_bytes`, then they are joined into one chunk (`torch.cat`: one copy per chunk, not one per
+    batch) and freed: keeping a shard's worth of small tensors alive until it is written slows the
+    allocator for every forward in between (figures: docs/performance.md, Extraction), and a chunk is
+    one write instead of one per batch. A column whose first small tensor is a view into a larger
+    storage (a slice of something bigger) waits with copies instead, so it neither keeps that storage
+    alive nor sees later writes into it. A larger tensor is kept as it is and written from its own memory.
     """
 
-    __slots__ = ("parts", "_chunk", "_filled", "_capacity", "_chunk_bytes")
+    __slots__ = ("parts", "_waiting", "_waiting_bytes", "_chunk_bytes", "_views")
 
     def __init__(self, chunk_bytes: int) -> None:
-        self.parts: list[torch.Tensor] = []  # finished parts in row order (the open chunk is not one yet)
-        self._chunk: torch.Tensor | None = None
-        self._filled = 0  # rows of the open chunk that hold data
-        self._capacity = 0  # rows of the open chunk
+        self.parts: list[torch.Tensor] = []  # finished parts in row order (the waiting tensors are not yet)
+        self._waiting: list[torch.Tensor] = []
+        self._waiting_bytes = 0
         self._chunk_bytes = chunk_bytes
+        self._views: bool | None = None  # whether the column's small tensors view a larger storage (its first says)
 
     def add(self, tensor: torch.Tensor, rows: int, size: int) -> None:
         """Append a batch's `rows` rows (`size` bytes): `tensor` has them, in the column's dtype and row
-        shape (every batch is checked first: `_run._Rows`), so the copy neither broadcasts nor casts."""
+        shape (every batch is checked first: `_run._Rows`)."""
         if size >= _SMALL or not rows:
             self._seal()
             self.parts.append(tensor)
             return
-        filled = self._filled
-        if filled + rows > self._capacity:
+        if self._views is None:  # (one storage read per column and shard; a batch's layout is the first's)
+            self._views = tensor.untyped_storage().nbytes() > size
+        self._waiting.append(tensor.clone() if self._views else tensor)
+        self._waiting_bytes += size
+        if self._waiting_bytes >= self._chunk_bytes:
             self._seal()
-            filled, self._capacity = 0, max(rows, self._chunk_bytes // max(size // rows, 1))
-            self._chunk = torch.empty((self._capacity, *tensor.shape[1:]), dtype=tensor.dtype, device="cpu")
-        self._chunk[filled : filled + rows] = tensor  # type: ignore[index]
-        self._filled = filled + rows
 
     def finished(self) -> list[torch.Tensor]:
-        """Every part, the open chunk's filled rows last."""
+        """Every part, the waiting tensors joined last."""
         self._seal()
         return self.parts
 
     def _seal(self) -> None:
-        if self._chunk is not None:
-            self.parts.append(self._chunk[: self._filled])
-            self._chunk, self._filled, self._capacity = None, 0, 0
+        waiting = self._waiting
+        if waiting:
+            self.parts.append(torch.cat(waiting) if len(waiting) > 1 else waiting[0])
+            self._waiting, self._waiting_bytes = [], 0
 
 
 class _Shard:

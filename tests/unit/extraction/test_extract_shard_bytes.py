@@ -1,6 +1,6 @@
 """A shard holds every tensor's bytes exactly, whatever its dtype or memory layout: the writer's
 direct path (contiguous tensors of numpy's dtypes) and its byte-view path read back the same, and so
-do a batch's small tensors, which the writer copies into chunks at `put`."""
+do a batch's small tensors, which the writer joins into chunks as they fill."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def _written(tmp_path: Path, pieces: list[dict[str, torch.Tensor]], shard_bytes:
 
 
 def test_every_dtype_and_layout_reads_back_through_the_writer_in_chunks_or_whole(tmp_path: Path, monkeypatch) -> None:
-    # Tensors under 200 bytes are copied into chunks of 3 rows or so; larger ones are written as they are.
+    # Tensors under 200 bytes are joined into chunks of 200 bytes or more a name; larger ones are written as they are.
     monkeypatch.setattr(_writer, "_SMALL", 200)
     monkeypatch.setattr(_writer, "_CHUNK_BYTES", 100 * 9)
     torch.manual_seed(0)
@@ -86,19 +86,38 @@ def test_rows_spread_over_several_shards_read_back_in_order(tmp_path: Path, monk
         assert torch.equal(read[name], torch.cat([piece[name] for piece in pieces])), name
 
 
-def test_a_small_tensor_is_not_kept_alive_until_its_shard_is_written(tmp_path: Path, monkeypatch) -> None:
+def test_small_tensors_are_freed_once_their_chunk_is_joined_not_kept_until_the_shard_is_written(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Two names in a chunk of 2048 bytes: 1024 bytes each, so 16 batches of a 64-byte "small" tensor.
     monkeypatch.setattr(_writer, "_SMALL", 1024)
+    monkeypatch.setattr(_writer, "_CHUNK_BYTES", 2048)
     writer = ShardWriter(tmp_path, rank=0, first_seq=0, shard_bytes=2**30, run="x")
-    small, large = torch.randn(2, 8), torch.randn(2, 1024)
-    kept_small, kept_large = weakref.ref(small), weakref.ref(large)
-    writer.put(0, 2, {"small": small, "large": large})
-    expected = {"small": small.clone(), "large": large.clone()}
-    del small, large
-    assert kept_small() is None, "the writer copied the small tensor and let it go"
-    assert kept_large() is not None, "a large tensor is written from its own memory"
+    torch.manual_seed(3)
+    smalls, larges = [torch.randn(2, 8) for _ in range(17)], [torch.randn(2, 1024) for _ in range(17)]
+    expected = {"small": torch.cat(smalls), "large": torch.cat(larges)}
+    kept_small, kept_large = [weakref.ref(t) for t in smalls], [weakref.ref(t) for t in larges]
+    for index in range(17):
+        writer.put(index, 2, {"small": smalls.pop(0), "large": larges.pop(0)})
+    assert [ref() is None for ref in kept_small] == [True] * 16 + [False], "a full chunk is joined and its tensors freed"
+    assert all(ref() is not None for ref in kept_large), "a large tensor is written from its own memory"
     (path,) = writer.close()
     read = load_file(path)
     assert all(torch.equal(read[name], expected[name]) for name in expected)
+
+
+def test_a_small_view_waits_as_a_copy_so_later_writes_into_what_it_views_are_not_stored(tmp_path: Path) -> None:
+    # A batch's small tensor that is a slice of a larger one (a buffer the next forward fills again)
+    # is stored with the values it had when it was added, and does not keep the larger one's memory.
+    writer = ShardWriter(tmp_path, rank=0, first_seq=0, shard_bytes=2**30, run="x")
+    buffer = torch.arange(400.0).reshape(100, 4)
+    first, second = buffer[:2], buffer[2:4]
+    expected = torch.cat([first, second]).clone()
+    writer.put(0, 2, {"x": first})
+    writer.put(1, 2, {"x": second})
+    buffer.fill_(-1.0)
+    (path,) = writer.close()
+    assert torch.equal(load_file(path)["x"], expected)
 
 
 def test_chunks_are_on_the_cpu_whatever_the_default_device(tmp_path: Path) -> None:
