@@ -23,7 +23,7 @@ from ..engine import attached_spec, shared_warning, unwrap
 from ..spec import Spec, spec_from_model
 from ..tracing import stepwise, trace
 from ..errors import ExtractInterrupted
-from ._columns import add_columns, check_columns, split_columns
+from ._columns import add_columns, check_columns, owned_copy, split_columns
 from ._index import INDEX_FILE, ExtractError, build_index, dtype_code, fingerprint, tensor_name, write_json_atomically
 from ._lock import FolderLock
 from ._progress import Progress
@@ -143,8 +143,8 @@ def _moved(value: Any, device: torch.device) -> Any:
 def _batch_tensors(
     captured: Mapping[str, tuple[Any, ...]], kwargs: Mapping[str, Any], inputs: Sequence[str], index: int, rows: int
 ) -> dict[str, torch.Tensor]:
-    """One batch's captures as `{tensor name: CPU tensor}`, plus the kept model inputs (keyword
-    arguments; their rows are checked with the batch's layout, `_Rows.check`)."""
+    """One batch's captures as `{tensor name: CPU tensor}`, plus copies of the kept model inputs
+    (keyword arguments, `owned_copy`; their rows are checked with the batch's layout, `_Rows.check`)."""
     tensors: dict[str, torch.Tensor] = {}
     for key, values in captured.items():
         for layer, value in enumerate(values):
@@ -158,7 +158,7 @@ def _batch_tensors(
         if isinstance(value, torch.Tensor):
             if name in captured:
                 raise ExtractError(f"the spec's key {name!r} has the name of a model input kept beside it; rename the key.")
-            tensors[name] = _on_cpu(value)
+            tensors[name] = owned_copy(value)
     return tensors
 
 
