@@ -120,10 +120,14 @@ def test_a_small_view_waits_as_a_copy_so_later_writes_into_what_it_views_are_not
     assert torch.equal(load_file(path)["x"], expected)
 
 
-def test_chunks_are_on_the_cpu_whatever_the_default_device(tmp_path: Path) -> None:
+def test_chunks_are_on_the_cpu_whatever_the_default_device(tmp_path: Path, monkeypatch) -> None:
+    # A chunk of 40 bytes: the second 32-byte tensor fills it, so the two are joined inside the block.
+    monkeypatch.setattr(_writer, "_SMALL", 40)
+    monkeypatch.setattr(_writer, "_CHUNK_BYTES", 40)
     writer = ShardWriter(tmp_path, rank=0, first_seq=0, shard_bytes=2**30, run="x")
-    small = torch.randn(2, 4)
+    smalls = [torch.randn(2, 4), torch.randn(2, 4)]
     with torch.device("meta"):  # a model built under a default device does not move the shard
-        writer.put(0, 2, {"x": small})
+        for index, small in enumerate(smalls):
+            writer.put(index, 2, {"x": small})
     (path,) = writer.close()
-    assert torch.equal(load_file(path)["x"], small)
+    assert torch.equal(load_file(path)["x"], torch.cat(smalls))
