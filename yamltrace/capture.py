@@ -124,7 +124,11 @@ def _capturing_call(
     selections = resolve_selections(tasks, flags, flags.get("hidden_states"), position_counter(config))
     session = Session(Collector(flags, selections), block=False)
     padding = tasks_watch(tasks)  # None unless a recorder keeps positions (engine/_padding)
-    call = None if padding is None else padding.enter(self, args, kwargs, warning_state(self))
+    call = None
+    if padding is not None and padding.aware:  # `last` / `first` read the published call
+        call = padding.enter(self, args, kwargs, warning_state(self))
+    elif padding is not None:
+        padding.check(self, args, kwargs, warning_state(self))
     try:
         hooks = hold_hooks(self, tasks, flags, session)  # kept until a forward without capture
         token = session.enter()

@@ -140,7 +140,7 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
     else planned now and kept. What planning warns about, it warns about for every block."""
     if outputs is not None and not isinstance(outputs, str):
         outputs = tuple(outputs)
-    if isinstance(spec, (str, os.PathLike)):
+    if type(spec) is not dict and isinstance(spec, (str, os.PathLike)):  # (a dict first: ABC checks call Python)
         spec = load_spec(spec, for_model=model)  # (the same Spec while the file is unchanged)
     key, refers_to = _plan_key(model, spec, outputs, strict)
     kept = None if key is None else kept_plan(model, key)
@@ -191,7 +191,7 @@ def _plan_key(model: nn.Module, spec: Any, outputs: Any, strict: bool) -> tuple[
         refers_to, patches = attached, attached is not None and bool(attached.patches)
     elif isinstance(spec, Spec):
         what, refers_to, patches = ("spec", id(spec)), spec, bool(spec.patches)
-    elif isinstance(spec, Mapping) and "yamltrace" not in spec and "interventions" not in spec:
+    elif (type(spec) is dict or isinstance(spec, Mapping)) and "yamltrace" not in spec and "interventions" not in spec:
         what, refers_to, patches = ("dict", normalized_tasks(spec)), None, False
     else:
         return None, None

@@ -127,8 +127,12 @@ def test_a_literal_position_on_padding_warns_once_per_trace_naming_the_fix() -> 
     assert "positions: last" in message
     assert _caught(lambda: run("left")) == []  # the last position is real in every row
     assert len(_caught(lambda: (run("right", 1), run("right", 1)))) == 2  # once per trace block
+    batch = _batch("right")
     with torch.no_grad(), yamltrace.trace(model, spec):
-        assert _caught(lambda: model(_batch("right")["input_ids"])) == []  # no mask, nothing known
+        assert _caught(lambda: model(batch["input_ids"])) == []  # no mask, nothing known
+    with torch.no_grad(), yamltrace.trace(model, spec):
+        (positional,) = _caught(lambda: model(batch["input_ids"], batch["attention_mask"]))  # the mask at its place
+    assert "rows [1, 2]" in positional
 
 
 def _steps_by_hand(model: nn.Module, layer: type[nn.Module], batch: dict[str, torch.Tensor], which: str) -> None:

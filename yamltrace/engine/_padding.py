@@ -187,25 +187,36 @@ class PaddingWatch:
     call's mask, warn (once per `warned` state), naming the fix. `kind` is what the selections are:
     "output" (a capture's) or "intervention" (edits', which then change padding)."""
 
-    __slots__ = ("literal", "kind", "aware")
+    __slots__ = ("literal", "kind", "aware", "_masks")
 
     def __init__(
         self, literal: tuple[tuple[str, tuple[int, ...] | str, str], ...], kind: str = "output", aware: bool = True
     ) -> None:
         self.literal, self.kind, self.aware = literal, kind, aware  # aware: some selection is last / first
+        self._masks = frozenset(name for _, _, name in literal)  # the mask arguments the check reads
 
     def enter(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], warned: list[bool]) -> Token[Any]:
-        """A root call of `module` starts; pass the token to `exit` when it ends."""
+        """A root call of `module` starts: checked (`check`) and published; pass the token to `exit` when it ends."""
         call = RootCall(module, args, kwargs)
         if self.literal and not warned[0]:
-            try:
-                message = self._padded(call)
-            except PositionError:  # a mask that is not one: the capture's own selectors say so, located
-                message = None
-            if message is not None:
-                warned[0] = True
-                warnings.warn(message, stacklevel=3)  # (before `set`: a warning raised as an error leaves nothing set)
+            self._warn(call, warned)  # (before `set`: a warning raised as an error leaves nothing set)
         return root_call.set(call)
+
+    def check(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], warned: list[bool]) -> None:
+        """A root call of a capture without `last` / `first` starts: checked, not published (nothing
+        reads it); a call passing only keywords, none of them a mask, has nothing to check."""
+        if self.literal and not warned[0] and (args or not self._masks.isdisjoint(kwargs)):
+            self._warn(RootCall(module, args, kwargs), warned)
+
+    def _warn(self, call: RootCall, warned: list[bool]) -> None:
+        """Warn (once per `warned` state) when the call's literal positions fall on padding."""
+        try:
+            message = self._padded(call)
+        except PositionError:  # a mask that is not one: the capture's own selectors say so, located
+            message = None
+        if message is not None:
+            warned[0] = True
+            warnings.warn(message, stacklevel=4)  # (_warn, enter or check, the caller of the root, ...)
 
     @staticmethod
     def exit(token: Token[Any]) -> None:
@@ -213,18 +224,21 @@ class PaddingWatch:
         root_call.reset(token)
 
     def frame(self, module: nn.Module, is_active: Callable[[], bool], warned: Callable[[], list[bool]]) -> tuple[Any, Any]:
-        """`enter` and `exit` as an interception frame on `module` (`_intercept`), for calls made while
-        `is_active()` (a `trace` block records), checking against the warning state `warned()` gives
-        at each call (a `trace` run keeps the frame for its next blocks, each with its own state)."""
+        """`enter` (or `check`) and `exit` as an interception frame on `module` (`_intercept`), for calls made
+        while `is_active()`, against the warning state `warned()` gives per call (a kept `trace` run's, per block)."""
 
         def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Token[Any] | None:
             return self.enter(module, args, kwargs, warned()) if is_active() else None
+
+        def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            if is_active():
+                self.check(module, args, kwargs, warned())
 
         def exit(token: Token[Any] | None, output: Any, finished: bool) -> None:
             if token is not None:
                 root_call.reset(token)
 
-        return enter, exit
+        return (enter if self.aware else check), exit  # (literal positions only: calls checked, not published)
 
     def hooks(
         self,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, cast
 
 from torch import nn
-from torch.compiler import is_compiling
+from torch.compiler import is_dynamo_compiling
 from torch.nn.modules.module import register_module_module_registration_hook
 
 from ._collector import Entry, HookPlan, HookRow, entry_of
@@ -227,8 +227,9 @@ def _on_module_registration(module: nn.Module, name: str, submodule: nn.Module |
     # Skipped while torch.compile traces a forward: registrations there build throwaway containers
     # (a sliced ModuleList), and reading the table would make dynamo guard on its contents, and
     # iterate it while weak-reference callbacks of modules collected meanwhile change it
-    # ("dictionary changed size during iteration"). So the compile test comes first.
-    if not is_compiling() and id(module) in _watched:
+    # ("dictionary changed size during iteration"). So the compile test comes first: dynamo's own
+    # (one call per registration, where is_compiling makes two; Llama registers each layer per forward).
+    if not is_dynamo_compiling() and id(module) in _watched:
         invalidate()
 
 
