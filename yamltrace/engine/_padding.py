@@ -9,8 +9,8 @@ first real position: right or left padding alike. Without a mask every position 
 `[-1]`, `first` is `[0]`). A mask longer than the captured sequence covers past and current
 positions (a `generate` step with a cache): the current step's are its last columns.
 
-`PaddingWatch` is what a plan with `positions` does around each root call: publish the call, and
-warn, once, when a literal position falls on padding in any row of a forward that got a mask.
+`PaddingWatch` is what a plan with `positions` does around each root call: publish it (for `last` /
+`first`), and warn, once, when a literal position falls on padding in a row of a forward given a mask.
 """
 
 from __future__ import annotations
