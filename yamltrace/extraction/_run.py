@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +117,9 @@ class _Schedule:
 
 
 def _rows_of(batch: Any) -> int:
-    """Rows of a batch: dimension 0 of its `input_ids`, else of its first tensor."""
-    if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
+    """Rows of a batch: dimension 0 of its `input_ids`, else of its first tensor. (Here and in
+    `_arguments`, a dict is tested before the `Mapping` ABC, whose check is a Python call per batch.)"""
+    if (type(batch) is dict or isinstance(batch, Mapping)) and isinstance(batch.get("input_ids"), torch.Tensor):
         rows: int = batch["input_ids"].shape[0]
         return rows
     values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (tuple, list)) else [batch]
@@ -130,7 +132,7 @@ def _rows_of(batch: Any) -> int:
 def _arguments(batch: Any, device: torch.device) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """A batch as the model call's `(args, kwargs)`, its tensors on `device`: a dict is keyword
     arguments, a tuple or list positional ones, anything else the one argument."""
-    if isinstance(batch, Mapping):
+    if type(batch) is dict or isinstance(batch, Mapping):
         return (), {k: _moved(v, device) for k, v in batch.items()}
     return tuple(_moved(v, device) for v in (batch if isinstance(batch, (tuple, list)) else (batch,))), {}
 
@@ -180,6 +182,9 @@ def _layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
     return {name: (tuple(t.shape[1:]), dtype_code(t.dtype)) for name, t in tensors.items()}
 
 
+_SHAPE_AND_DTYPE = attrgetter("shape", "dtype")
+
+
 class _Rows:
     """Checks that every batch gives rows of one layout: the resumed run's, else the first batch's.
 
@@ -193,7 +198,7 @@ class _Rows:
         self._passed: tuple[int, list[str], list[tuple[torch.Size, torch.dtype]]] | None = None
 
     def check(self, tensors: Mapping[str, torch.Tensor], index: int, rows: int) -> None:
-        seen = (rows, list(tensors), [(t.shape, t.dtype) for t in tensors.values()])
+        seen = (rows, list(tensors), list(map(_SHAPE_AND_DTYPE, tensors.values())))
         if seen == self._passed:
             return
         for name, (shape, _) in zip(seen[1], seen[2]):
