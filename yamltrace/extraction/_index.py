@@ -14,6 +14,7 @@ instead, one JSON list of strings per column (`TEXTS_FIELD`); the index lists ev
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -101,7 +102,9 @@ def create_temporary(directory: Path, name: str) -> tuple[int, Path]:
             continue
 
 
+@functools.lru_cache(maxsize=4096)  # (extract names each capture of each batch: a C-level lookup, not a call)
 def tensor_name(key: str, layer: int | None) -> str:
+    """The stored name of a key's capture: `key/layer`, or `key` for a value that is not per layer."""
     return key if layer is None else f"{key}/{layer}"
 
 
