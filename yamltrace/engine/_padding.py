@@ -216,7 +216,7 @@ class PaddingWatch:
             message = None
         if message is not None:
             warned[0] = True
-            warnings.warn(message, stacklevel=4)  # (_warn, enter or check, the caller of the root, ...)
+            warnings.warn(message, stacklevel=4)  # (past _warn, enter or check, and their caller)
 
     @staticmethod
     def exit(token: Token[Any]) -> None:
