@@ -22,7 +22,7 @@ from ._trace_checks import dead_hints
 from .engine import Collector, Intervention, RuntimeValue, Session, scope_modules, unwrap
 from .engine._editing import EditRow, edit_issue, edits_watch, install_edits, plan_edits
 from .engine._edit_calls import CallCheck
-from .engine._padding import warning_state
+from .engine._padding_warning import warning_state
 from .errors import SpecError, did_you_mean
 from .spec import Spec
 from ._spec_arg import SpecLike, as_spec

@@ -107,10 +107,15 @@ def test_without_a_mask_every_position_counts() -> None:
 
 
 def _caught(run: Any) -> list[str]:
+    return [message for message, _ in _caught_at(run)]
+
+
+def _caught_at(run: Any) -> list[tuple[str, str]]:
+    """The padding warnings `run` gives, each with the file it names."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run()
-    return [str(w.message) for w in caught if "padding" in str(w.message)]
+    return [(str(w.message), w.filename) for w in caught if "padding" in str(w.message)]
 
 
 def test_a_literal_position_on_padding_warns_once_per_trace_naming_the_fix() -> None:
@@ -131,8 +136,9 @@ def test_a_literal_position_on_padding_warns_once_per_trace_naming_the_fix() -> 
     with torch.no_grad(), yamltrace.trace(model, spec):
         assert _caught(lambda: model(batch["input_ids"])) == []  # no mask, nothing known
     with torch.no_grad(), yamltrace.trace(model, spec):
-        (positional,) = _caught(lambda: model(batch["input_ids"], batch["attention_mask"]))  # the mask at its place
+        ((positional, where),) = _caught_at(lambda: model(batch["input_ids"], batch["attention_mask"]))  # the mask at its place
     assert "rows [1, 2]" in positional
+    assert where == __file__  # the line that called the model, not yamltrace's or torch's
 
 
 def _steps_by_hand(model: nn.Module, layer: type[nn.Module], batch: dict[str, torch.Tensor], which: str) -> None:
@@ -190,11 +196,11 @@ def test_capture_outputs_keeps_each_rows_last_real_token_and_warns_once_per_mode
     with torch.no_grad():
         kept = models[0](**batch, output_hidden_states=True).hidden_states
         full = models[2](**batch, output_hidden_states=True).hidden_states
-        messages = _caught(lambda: [models[1](**batch, output_hidden_states=True) for _ in range(3)])
+        messages = _caught_at(lambda: [models[1](**batch, output_hidden_states=True) for _ in range(3)])
     assert len(kept) == len(full) == 3  # the embeddings, each layer, the last tied post-norm
     for state, whole in zip(kept, full):
         assert torch.equal(state, _by_hand(whole, batch["attention_mask"], "last"))
-    assert len(messages) == 1 and "positions: last" in messages[0]
+    assert len(messages) == 1 and "positions: last" in messages[0][0] and messages[0][1] == __file__
 
 
 class Toy(nn.Module):

@@ -15,7 +15,8 @@ from ._edit import OPERATIONS, Intervention, RuntimeValue
 from ._editing import edited_modules
 from ._heads import head_count
 from ._held import hold_hooks, release_hooks
-from ._padding import PaddingWatch, shared_warning, tasks_watch, warning_state
+from ._padding import PaddingWatch, tasks_watch
+from ._padding_warning import shared_warning, warning_state
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
 from ._plan_cache import KeptPlan, forget_plans, keep_plan, kept_plan
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks

@@ -15,11 +15,9 @@ positions (a `generate` step with a cache): the current step's are its last colu
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import warnings
-import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar, Token
 from typing import Any
 
@@ -30,18 +28,17 @@ from torch.compiler import is_dynamo_compiling
 from .._recorder_fields import PADDING_POSITIONS
 from ..errors import PositionError
 from ._intercept import observing
+from ._padding_warning import caller_stacklevel
 from ._wrappers import unwrap
 
 __all__ = [
-    "DEFAULT_MASK", "PaddingWatch", "RootCall", "padding_rows", "padding_selector", "padding_watch", "root_call", "shared_warning",
-    "plan_watch", "tasks_watch", "warning_state",
+    "DEFAULT_MASK", "PaddingWatch", "RootCall", "padding_rows", "padding_selector", "padding_watch", "root_call", "plan_watch",
+    "tasks_watch",
 ]  # fmt: skip
 
 DEFAULT_MASK = "attention_mask"  # the argument read when a recorder names none (`OutputRecorder.mask`)
 # The running root call, or None (no capture with positions runs in this context).
 root_call: ContextVar[RootCall | None] = ContextVar("yamltrace_root_call", default=None)
-# A warning state shared by the traces of one `extract` run (`shared_warning`): one warning per run.
-_shared: ContextVar[dict[str, list[bool]] | None] = ContextVar("yamltrace_padding_warned", default=None)
 
 
 class RootCall:
@@ -216,7 +213,7 @@ class PaddingWatch:
             message = None
         if message is not None:
             warned[0] = True
-            warnings.warn(message, stacklevel=4)  # (past _warn, enter or check, and their caller)
+            warnings.warn(message, stacklevel=caller_stacklevel())  # (at the root call's caller)
 
     @staticmethod
     def exit(token: Token[Any]) -> None:
@@ -354,35 +351,6 @@ def plan_watch(plan: Any) -> PaddingWatch | None:
         for entry in row.entries
         if (scope.number, entry.key) in names
     )
-
-
-def warning_state(model: nn.Module | None = None, kind: str = "output") -> list[bool]:
-    """Whether the padding warning of a `kind` of watch (`PaddingWatch`) was given: the state
-    `shared_warning` opened in this context, else `model`'s (one warning per decorated model), else a
-    new one (one per `trace` or `intervene` block)."""
-    shared = _shared.get()
-    if shared is not None:
-        return shared.setdefault(kind, [False])
-    if model is None:
-        return [False]
-    state = _BY_MODEL.get(model)
-    if state is None:
-        state = _BY_MODEL[model] = [False]
-    return state
-
-
-_BY_MODEL: weakref.WeakKeyDictionary[nn.Module, list[bool]] = weakref.WeakKeyDictionary()
-
-
-@contextlib.contextmanager
-def shared_warning() -> Iterator[None]:
-    """A context in which every capture shares one padding warning, and all edits another (`extract`:
-    one per run)."""
-    token = _shared.set({})
-    try:
-        yield
-    finally:
-        _shared.reset(token)
 
 
 def tasks_watch(tasks: tuple[tuple[str, Any], ...]) -> PaddingWatch | None:

@@ -25,7 +25,8 @@ from torch import nn
 
 from ._collector import Collector, hook_listeners
 from ._prepared import Prepared
-from ._padding import plan_watch, warning_state
+from ._padding import plan_watch
+from ._padding_warning import warning_state
 from ._session import Session, tie_last_hidden_state
 from ._trace_plan import TracePlan
 
@@ -50,7 +51,7 @@ class TraceRun:
         self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
         self._silent_checks = self._silent_paths()
         self._prepared: Prepared | None = None  # the listeners and frames, installed for each block
-        self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding.warning_state`)
+        self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding_warning.warning_state`)
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records
         self._outer: nn.Module | None = None  # the module whose calls the frames delimit as steps
         self._empty()
