@@ -18,7 +18,6 @@ import sys
 import weakref
 from collections.abc import Iterator
 from contextvars import ContextVar
-from pathlib import Path
 
 import torch.nn.modules.module
 from torch import nn
@@ -27,8 +26,9 @@ __all__ = ["caller_stacklevel", "shared_warning", "warning_state"]
 
 # A warning state shared by the traces of one `extract` run (`shared_warning`): one warning per run.
 _shared: ContextVar[dict[str, list[bool]] | None] = ContextVar("yamltrace_padding_warned", default=None)
-# yamltrace's own files and torch's module code (`Module.__call__`, the containers' forwards).
-_INSIDE = (str(Path(__file__).resolve().parents[1]) + os.sep, os.path.dirname(torch.nn.modules.module.__file__) + os.sep)
+# yamltrace's own files and torch's module code (`Module.__call__`, the containers' forwards), as the
+# import system named them (as frames name their files: not resolved, so a symlinked install matches).
+_INSIDE = (os.path.dirname(os.path.dirname(__file__)) + os.sep, os.path.dirname(torch.nn.modules.module.__file__) + os.sep)
 
 
 def warning_state(model: nn.Module | None = None, kind: str = "output") -> list[bool]:
