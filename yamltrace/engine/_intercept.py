@@ -57,6 +57,10 @@ Exit = Callable[[Any, Any, bool], None]
 _FORWARD = "forward"
 # Serialises installs and removals (not calls: those read immutable tuples).
 _lock = threading.Lock()
+# How many times interceptors' entries changed (`intercept`, `Interception.remove`; counted holding
+# `_lock`): a `Prepared` that reads the same count at its removal as at its installation knows that no
+# entry joined or left any interceptor meanwhile.
+entry_changes = [0]
 
 
 # Marks a module that had no `forward` of its own in its `__dict__`.
@@ -303,6 +307,7 @@ class Interception:
         if not installed:
             return
         with _lock:
+            entry_changes[0] += 1
             for module, interceptor, entry, kind in installed:
                 setattr(interceptor, kind, _without(getattr(interceptor, kind), entry))
                 if interceptor.listeners or interceptor.frames or interceptor.inputs or interceptor.outputs:
@@ -347,6 +352,7 @@ def intercept(
     items, frames, edits = tuple(items), tuple(frames), tuple(edits)
     installed: list[tuple[nn.Module, _Interceptor, Any, str]] = []
     with _lock:
+        entry_changes[0] += 1
         added: list[tuple[nn.Module, Any, str]] = [(m, (listener, context), _LISTENERS) for m, listener, context in items]
         added += [(m, (enter, exit), _FRAMES) for m, enter, exit in frames]
         added += [(m, edit, kind) for m, kind, edit in edits]

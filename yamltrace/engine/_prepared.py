@@ -16,7 +16,8 @@ from typing import Any
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks
 
-from ._intercept import _FORWARD, _FRAMES, _LISTENERS, Enter, Exit, Interception, Listener, _Interceptor, _lock, intercept
+from ._intercept import _FORWARD, _FRAMES, _LISTENERS, Enter, Exit, Interception, Listener, _Interceptor, _lock
+from ._intercept import entry_changes, intercept
 
 __all__ = ["Prepared"]
 
@@ -34,10 +35,23 @@ class Prepared:
     `forward` entry set, and deleted at removal while the interceptor still holds its entries alone.
     Any other module, and one whose interceptor others joined meanwhile, takes `intercept`'s way (its
     interceptor is then built again), so what a call sees is what `intercept` would have installed.
-    When every module is in the common case, each step is one C-level pass over all of them.
+    When every module is in the common case, each step is one C-level pass over all of them; the
+    class forwards are bound again only when one of them changed, and the interceptors' entries are
+    compared only when some interceptor's entries changed during the installation (`entry_changes`).
     """
 
-    __slots__ = ("_kept", "_modules", "_interceptors", "_methods", "_dicts", "_entries", "_fast", "_slow")
+    __slots__ = (
+        "_kept",
+        "_modules",
+        "_interceptors",
+        "_methods",
+        "_dicts",
+        "_entries",
+        "_functions",
+        "_changes",
+        "_fast",
+        "_slow",
+    )
 
     def __init__(self, items: Iterable[tuple[nn.Module, Listener, Any]], frames: Iterable[tuple[nn.Module, Enter, Exit]]) -> None:
         entries: dict[int, tuple[nn.Module, list[tuple[Listener, Any]], list[tuple[Enter, Exit]]]] = {}
@@ -49,6 +63,7 @@ class Prepared:
         self._columns()
         self._fast: list[_Kept] = []  # installed by setting `forward` (`_kept` itself when all are)
         self._slow: Interception | None = None  # installed by `intercept`
+        self._changes = -1  # `entry_changes` when all were installed by setting `forward`
 
     def _columns(self) -> None:
         """The kept interceptors' fields as lists, for the passes over all of them (each module's
@@ -57,6 +72,7 @@ class Prepared:
         self._modules, self._interceptors, self._methods, listeners, frames = map(list, columns)
         self._dicts: list[dict[str, Any]] = [module.__dict__ for module in self._modules]
         self._entries = list(zip(listeners, frames))
+        self._functions: list[Any] = []  # the class forwards the interceptors' `inner` are bound from (none yet)
 
     def install(self) -> None:
         """Install every listener and frame (`intercept`'s semantics)."""
@@ -64,12 +80,16 @@ class Prepared:
             if _global_forward_hooks or any(map(dict.get, self._dicts, repeat(_HOOKS))):
                 slow = self._install_each()
             else:
-                # The class's forward, bound now (it may have changed since the last block), then ours
-                # where the module has no `forward` of its own (one that has takes `intercept`'s way).
-                list(map(setattr, self._interceptors, repeat("inner"), map(getattr, self._modules, repeat(_FORWARD))))
+                # The class forwards, bound again if one changed since the last block, then ours where
+                # the module has no `forward` of its own (one that has takes `intercept`'s way).
+                functions = list(map(getattr, map(type, self._modules), repeat(_FORWARD)))
+                if functions != self._functions:
+                    list(map(setattr, self._interceptors, repeat("inner"), map(_bound, functions, self._modules)))
+                    self._functions = functions
                 found = list(map(dict.setdefault, self._dicts, repeat(_FORWARD), self._methods))
                 if all(map(is_, found, self._methods)):
                     self._fast, slow = self._kept, []
+                    self._changes = entry_changes[0]
                 else:
                     self._fast = [k for k, value in zip(self._kept, found) if value is k[2]]
                     slow = [k for k, value in zip(self._kept, found) if value is not k[2]]
@@ -95,10 +115,13 @@ class Prepared:
         slow, self._slow = self._slow, None
         joined = []
         with _lock:
-            # Ours alone: its listeners and frames ours (others who joined would have added theirs), and
-            # its `forward` ours (edits or the slower path would have set `edited`, `_bind`; a wrapper
-            # set over it is put back).
-            if fast is self._kept and list(map(_entries, self._interceptors)) == self._entries:
+            # Ours alone: its listeners and frames ours (others who joined would have added theirs: no
+            # entry changed anywhere since the installation, or the entries compared), and its `forward`
+            # ours (edits or the slower path would have set `edited`, `_bind`; a wrapper set over it is
+            # put back).
+            if fast is self._kept and (
+                entry_changes[0] == self._changes or list(map(_entries, self._interceptors)) == self._entries
+            ):
                 found: list[Any] = list(map(dict.pop, self._dicts, repeat(_FORWARD), repeat(None)))
                 if not all(map(is_, found, self._methods)):
                     for kept, own, value in zip(self._kept, self._dicts, found):
@@ -130,6 +153,12 @@ class Prepared:
 
 
 _entries = attrgetter(_LISTENERS, _FRAMES)
+
+
+def _bound(function: Any, module: nn.Module) -> Any:
+    """The class attribute `function` as `module.forward` reads it where the module has no `forward` of its own."""
+    get = getattr(type(function), "__get__", None)
+    return function if get is None else get(function, module, type(module))
 
 
 def _kept_interceptor(

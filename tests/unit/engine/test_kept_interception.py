@@ -91,6 +91,41 @@ def test_the_classs_forward_replaced_between_blocks_is_called(model, ids, monkey
     assert_same(second, fresh(model, ids))
 
 
+def test_the_classs_forward_replaced_while_an_instance_forward_shadowed_it_is_called_once_that_is_gone(
+    model, ids, monkeypatch
+) -> None:
+    # The block with the instance `forward` binds the new class forward again (it changed); the block after
+    # it, the class forward unchanged since, must call that class forward, not the instance's.
+    plain = captured(model, ids)
+    layer, original = model.layers[0], TinyDecoderLayer.forward
+
+    def tripled(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        output = original(self, *args, **kwargs)
+        return (output[0] * 3, *output[1:]) if isinstance(output, tuple) else output * 3
+
+    own = functools.partial(original, layer)
+    layer.forward = lambda *args, **kwargs: doubled(layer, args, own(*args, **kwargs))
+    monkeypatch.setattr(TinyDecoderLayer, "forward", tripled)
+    shadowed = captured(model, ids)
+    assert torch.equal(shadowed["hidden_states"][1], plain["hidden_states"][1] * 2)
+    del layer.forward
+    second = captured(model, ids)
+    assert torch.equal(second["hidden_states"][1], plain["hidden_states"][1] * 3)
+    assert_same(second, fresh(model, ids))
+
+
+def test_others_joining_and_leaving_during_a_block_leave_the_next_block_as_a_fresh_one(model, ids) -> None:
+    before, log = dicts(model), []
+    with torch.no_grad(), trace(model, SPEC) as first:
+        other = intercept([(model.layers[1], lambda *call: log.append(call), None)])
+        model(ids)
+        other.remove()
+    assert dicts(model) == before and len(log) == 1 and len(first["hidden_states"]) == 4
+    second = captured(model, ids)
+    assert len(log) == 1 and dicts(model) == before
+    assert_same(second, fresh(model, ids))
+
+
 def test_interceptors_others_joined_during_a_block_stay_theirs_and_the_next_block_records(model, ids) -> None:
     before, log = dicts(model), []
     with torch.no_grad(), trace(model, SPEC) as first:
