@@ -221,21 +221,18 @@ class PaddingWatch:
         root_call.reset(token)
 
     def frame(self, module: nn.Module, is_active: Callable[[], bool], warned: Callable[[], list[bool]]) -> tuple[Any, Any]:
-        """`enter` (or `check`) and `exit` as an interception frame on `module` (`_intercept`), for calls made
-        while `is_active()`, against the warning state `warned()` gives per call (a kept `trace` run's, per block)."""
+        """`enter` and `exit` as an interception frame on `module` (`_intercept`), for calls made while
+        `is_active()`, against the warning state `warned()` gives per call (a kept `trace` run's, per
+        block). (A capture with literal positions only needs no frame: its root calls are `check`ed.)"""
 
         def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Token[Any] | None:
             return self.enter(module, args, kwargs, warned()) if is_active() else None
-
-        def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            if is_active():
-                self.check(module, args, kwargs, warned())
 
         def exit(token: Token[Any] | None, output: Any, finished: bool) -> None:
             if token is not None:
                 root_call.reset(token)
 
-        return (enter if self.aware else check), exit  # (literal positions only: calls checked, not published)
+        return enter, exit
 
     def hooks(
         self,

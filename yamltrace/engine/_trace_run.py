@@ -25,7 +25,7 @@ from torch import nn
 
 from ._collector import Collector, hook_listeners
 from ._prepared import Prepared
-from ._padding import plan_watch
+from ._padding import PaddingWatch, plan_watch
 from ._padding_warning import warning_state
 from ._session import Session, tie_last_hidden_state
 from ._trace_plan import TracePlan
@@ -54,14 +54,22 @@ class TraceRun:
         self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding_warning.warning_state`)
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records
         self._outer: nn.Module | None = None  # the module whose calls the frames delimit as steps
+        # Read again for each block (`_empty`, `finish`): each output's name, collector and key; each
+        # exposed scope's collector, keys and layer selections.
+        self._outputs = [(o.name, self.collectors[o.scope], o.key) for o in plan.outputs]
+        self._exposed = [(self.collectors[s.number], s.keys, dict(s.selections)) for s in plan.scopes if s.exposed]
         self._empty()
 
     def _empty(self) -> None:
         """Nothing recorded yet: the outputs' lists are the collectors' (new) lists."""
-        self.lists = {o.name: self.collectors[o.scope].lists[o.key] for o in self.plan.outputs}
-        self.paths = {o.name: self.collectors[o.scope].paths[o.key] for o in self.plan.outputs}
+        lists: dict[str, list[Any]] = {}
+        paths: dict[str, list[str]] = {}
+        for name, collector, key in self._outputs:  # (a loop, not comprehensions: once per block)
+            lists[name] = collector.lists[key]
+            paths[name] = collector.paths[key]
+        self.lists, self.paths = lists, paths
         self.ends: list[tuple[int, ...]] = []
-        self._step_starts = dict.fromkeys(self.lists, 0)
+        self._step_starts = dict.fromkeys(lists, 0)
         self._ties: list[int] = []
         self._depth = 0
 
@@ -94,7 +102,7 @@ class TraceRun:
                     gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
                     items += hook_listeners(list(scope.hooks), gate)
             frames = self._frames(outer)
-            if self.padding is not None:  # first: the mask is known to every role of the call, ties included
+            if self.padding is not None and self.padding.aware:  # first: every role of the call knows the mask
                 frames.insert(0, (outer, *self.padding.frame(outer, self.session.recording, self.warning)))
             self._prepared = Prepared(items, frames)
         self._prepared.install()
@@ -110,10 +118,10 @@ class TraceRun:
     def finish(self) -> None:
         """Forget what the block recorded (its `Captures` keep it), so that this run can serve the next
         block on its plan; the listeners keep their collectors, which start over empty."""
-        for scope in self.plan.scopes:
-            if scope.exposed:
-                # In place: the listeners and frames hold the collector objects themselves.
-                Collector.__init__(self.collectors[scope.number], scope.keys, dict(scope.selections))
+        for collector, keys, selections in self._exposed:
+            # In place: the listeners and frames hold the collector objects themselves (which never
+            # change a collector's `selections`).
+            Collector.__init__(collector, keys, selections)
         self.session.reopen()
         self._empty()
 
@@ -148,7 +156,17 @@ class TraceRun:
             if collector is not None and "hidden_states" in collector.lists:
                 for tie in scope.ties:
                     add(tie.module, partial(self.enter_tie, collector), partial(self.exit_tie, collector, tie.enabled))
-        return [(module, *_frame(self.session.recording, entries, exits)) for module, entries, exits in roles.values()]
+        # Literal positions only: the root call is checked for padding first, in `outer`'s own frame.
+        watch = self.padding
+        check = None if watch is None or watch.aware else partial(self.check_padding, watch, outer)
+        return [
+            (module, *_frame(self.session.recording, entries, exits, check if module is outer else None))
+            for module, entries, exits in roles.values()
+        ]
+
+    def check_padding(self, watch: PaddingWatch, outer: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A call of the traced module starts: its literal positions are checked against its padding."""
+        watch.check(outer, args, kwargs, self._warned)
 
     def enter_step(self) -> None:
         """A call of the traced module starts (the outermost one starts a step)."""
@@ -224,13 +242,19 @@ class TraceRun:
 
 
 def _frame(
-    is_active: Callable[[], bool], entries: list[Entered], exits: list[Exited]
+    is_active: Callable[[], bool],
+    entries: list[Entered],
+    exits: list[Exited],
+    check: Callable[[tuple[Any, ...], dict[str, Any]], None] | None = None,
 ) -> tuple[Callable[[tuple[Any, ...], dict[str, Any]], bool], Callable[[bool, Any, bool], None]]:
-    """One module's frame (`_intercept`): its roles' entries and exits, for calls made while the block records."""
+    """One module's frame (`_intercept`): its roles' entries and exits, for calls made while the block
+    records; `check(args, kwargs)` first, if given (it may raise: nothing is entered then)."""
 
     def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         active = is_active()
         if active:
+            if check is not None:
+                check(args, kwargs)
             for entered in entries:
                 entered()
         return active

@@ -114,3 +114,23 @@ def test_the_tied_last_hidden_state_keeps_each_rows_last_real_token_block_after_
             final = model(_ids(), attention_mask=mask).last_hidden_state
         assert torch.equal(captures["hidden_states"][-1], final[torch.arange(2), mask.sum(1) - 1][:, None])
         assert_same(captures["hidden_states"], _fresh(model, spec, [mask])[0]["hidden_states"])
+
+
+def test_a_padding_warning_raised_as_an_error_enters_no_step_and_the_next_block_records(model) -> None:
+    # The literal check runs first in the traced module's frame: raising there leaves no step, scope or
+    # recording behind, in this block or the next.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad(), trace(model, LITERAL) as captures:
+            try:
+                model(_ids(), attention_mask=PADDED)
+            except UserWarning as raised:
+                assert "padding" in str(raised)
+            else:
+                raise AssertionError("the literal position on padding did not warn")
+            assert captures.steps == () and captures["last"] == ()
+            model(_ids(), attention_mask=UNPADDED)
+    assert len(captures.steps) == 1 and len(captures["last"]) == 3
+    after, warned = _block(model, LITERAL, [UNPADDED])
+    assert warned == [] and len(after["last"]) == 3
+    assert_same(after, _fresh(model, LITERAL, [UNPADDED])[0])
