@@ -32,7 +32,7 @@ from .engine import TraceRun, plan_trace, unwrap
 from .errors import SpecError
 from .intervening import planned_edits, start_edits
 from .spec import Spec, load_spec
-from .spec._patch_rule import model_device, model_swaps
+from .spec._patch_rule import model_device, swap_pairs
 
 __all__ = ["trace", "plan", "Captures", "SpecLike"]
 
@@ -197,7 +197,7 @@ def _plan_key(model: nn.Module, spec: Any, outputs: Any, strict: bool) -> tuple[
         return None, None
     device = model_device(model) if patches else None
     # (The attention implementations the attention-weight check read are the kept plan's `checks`.)
-    return (what, tuple(model_swaps(model).items()), device, outputs, strict), refers_to
+    return (what, swap_pairs(model), device, outputs, strict), refers_to
 
 
 def trace(

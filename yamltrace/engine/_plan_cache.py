@@ -60,7 +60,8 @@ class KeptPlan:
         self.key, self.refers_to, self.guard = key, refers_to, guard
         self.plan, self.scopes, self.warnings, self.spec = plan, tuple(scopes), warnings, spec
         self.checks = checks  # what the caller's checks read (`holds()`: still read the same), or None
-        self.reads = config_reads(plan, self.scopes)
+        reads = config_reads(plan, self.scopes)
+        self.reads = reads if reads.ties or reads.selections else None  # None: nothing to read again
         self._idle: list[TraceRun] = []
 
     def run(self) -> TraceRun:
@@ -106,7 +107,11 @@ def kept_plan(model: nn.Module, key: Hashable) -> KeptPlan | None:
         return None
     for kept in plans.kept:
         if kept.key == key:
-            if kept.guard.holds(model) and not stale(kept.reads) and (kept.checks is None or kept.checks.holds()):
+            if (
+                kept.guard.holds(model)
+                and (kept.reads is None or not stale(kept.reads))
+                and (kept.checks is None or kept.checks.holds())
+            ):
                 return kept
             with plans.lock:
                 if kept in plans.kept:

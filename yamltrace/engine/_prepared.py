@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks
+from torch.utils.hooks import RemovableHandle
 
 from ._intercept import _FORWARD, _FRAMES, _LISTENERS, Enter, Exit, Interception, Listener, _Interceptor, _lock
 from ._intercept import entry_changes, intercept
@@ -49,6 +50,7 @@ class Prepared:
         "_entries",
         "_functions",
         "_changes",
+        "_handles",
         "_fast",
         "_slow",
     )
@@ -64,6 +66,7 @@ class Prepared:
         self._fast: list[_Kept] = []  # installed by setting `forward` (`_kept` itself when all are)
         self._slow: Interception | None = None  # installed by `intercept`
         self._changes = -1  # `entry_changes` when all were installed by setting `forward`
+        self._handles = -1  # `RemovableHandle.next_id` when the modules last had no forward hooks
 
     def _columns(self) -> None:
         """The kept interceptors' fields as lists, for the passes over all of them (each module's
@@ -77,9 +80,13 @@ class Prepared:
     def install(self) -> None:
         """Install every listener and frame (`intercept`'s semantics)."""
         with _lock:
-            if _global_forward_hooks or any(map(dict.get, self._dicts, repeat(_HOOKS))):
+            # Forward hooks are looked for again only if any hook was registered anywhere since the last
+            # installation found none (each registration takes the next `RemovableHandle` id).
+            handles = RemovableHandle.next_id
+            if _global_forward_hooks or handles != self._handles and any(map(dict.get, self._dicts, repeat(_HOOKS))):
                 slow = self._install_each()
             else:
+                self._handles = handles
                 # The class forwards, bound again if one changed since the last block, then ours where
                 # the module has no `forward` of its own (one that has takes `intercept`'s way).
                 functions = list(map(getattr, map(type, self._modules), repeat(_FORWARD)))

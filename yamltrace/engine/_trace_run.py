@@ -86,11 +86,13 @@ class TraceRun:
         """Stop recording (in every context), then remove the hooks and frames."""
         try:
             if self._token is not None:
-                self.session.exit(self._token)
+                self.session.exit(self._token)  # (which closes the session)
                 self._token = None
         finally:
-            self.session.close()
-            self._remove()
+            if self.session.open:
+                self.session.close()
+            if self._prepared is not None:
+                self._prepared.remove()
 
     def _install(self, outer: nn.Module) -> None:
         """Install the listeners and frames: those prepared for the last block again, or new ones for a new `outer`."""
@@ -110,10 +112,6 @@ class TraceRun:
     def warning(self) -> list[bool]:
         """The padding warning's state of the block running now (`_padding.PaddingWatch`)."""
         return self._warned
-
-    def _remove(self) -> None:
-        if self._prepared is not None:
-            self._prepared.remove()
 
     def finish(self) -> None:
         """Forget what the block recorded (its `Captures` keep it), so that this run can serve the next
@@ -183,7 +181,7 @@ class TraceRun:
             for name, values in self.lists.items():
                 self._step_starts[name] = len(values)
         self._depth -= 1
-        if self._depth == 0:
+        if self._depth == 0 and not finished:  # (a finished step leaves nothing: its scopes and ties exited)
             self._discard_unfinished()
 
     def _discard_unfinished(self) -> None:

@@ -18,7 +18,6 @@ class whose module was never imported cannot exist, so nothing is imported here.
 from __future__ import annotations
 
 import sys
-import weakref
 from collections.abc import Iterator
 from typing import cast
 
@@ -35,8 +34,9 @@ WRAPPERS: tuple[tuple[str, str, str], ...] = (
     ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper", "ActivationWrapper", "_checkpoint_wrapped_module"),
 )
 
-# The wrapped attribute of each class seen ("" for a class that wraps nothing).
-_ATTRIBUTES: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
+# The wrapped attribute of each class seen ("" for a class that wraps nothing). A plain dict: read for
+# every module of a walk and every block, where a weak key costs a new reference per lookup.
+_ATTRIBUTES: dict[type, str] = {}
 
 
 def wrapped_attribute(module: nn.Module) -> str | None:

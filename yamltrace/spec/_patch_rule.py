@@ -24,7 +24,16 @@ from ._patterns import key_matcher
 if TYPE_CHECKING:
     from ._spec import Spec
 
-__all__ = ["PatchRule", "device_matches", "device_type", "model_device", "model_swaps", "record_swaps", "retarget_spec"]
+__all__ = [
+    "PatchRule",
+    "device_matches",
+    "device_type",
+    "model_device",
+    "model_swaps",
+    "record_swaps",
+    "swap_pairs",
+    "retarget_spec",
+]
 
 # Where a model keeps the classes its patches replaced (original -> replacement), on the root instance.
 SWAPS_ATTRIBUTE = "_yamltrace_swaps"
@@ -117,7 +126,15 @@ def model_swaps(model: nn.Module) -> dict[type, type]:
 
     `trace` retargets any spec by them, so a spec written for the original classes follows the
     model's swaps wherever the swaps came from (`from_pretrained`, `patch_model`)."""
-    return dict(vars(model).get(SWAPS_ATTRIBUTE, {}))
+    return dict(swap_pairs(model))
+
+
+def swap_pairs(model: nn.Module) -> tuple[tuple[type, type], ...]:
+    """`model_swaps(model)` as `(original, replacement)` pairs (what a cache key names; no dict copied)."""
+    return tuple(model.__dict__.get(SWAPS_ATTRIBUTE, _NO_SWAPS).items())
+
+
+_NO_SWAPS: dict[type, type] = {}
 
 
 def record_swaps(model: nn.Module, swaps: Iterable[tuple[type, type]]) -> Callable[[], None]:
