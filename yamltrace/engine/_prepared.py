@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import repeat
-from operator import attrgetter, is_
+from operator import attrgetter
 from typing import Any
 
 from torch import nn
@@ -94,7 +94,7 @@ class Prepared:
                     list(map(setattr, self._interceptors, repeat("inner"), map(_bound, functions, self._modules)))
                     self._functions = functions
                 found = list(map(dict.setdefault, self._dicts, repeat(_FORWARD), self._methods))
-                if all(map(is_, found, self._methods)):
+                if found == self._methods:  # (each is ours: compared by identity first, in C)
                     self._fast, slow = self._kept, []
                     self._changes = entry_changes[0]
                 else:
@@ -130,7 +130,7 @@ class Prepared:
                 entry_changes[0] == self._changes or list(map(_entries, self._interceptors)) == self._entries
             ):
                 found: list[Any] = list(map(dict.pop, self._dicts, repeat(_FORWARD), repeat(None)))
-                if not all(map(is_, found, self._methods)):
+                if found != self._methods:
                     for kept, own, value in zip(self._kept, self._dicts, found):
                         if value is not kept[2]:
                             if value is not None:

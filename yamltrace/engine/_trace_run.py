@@ -190,8 +190,10 @@ class TraceRun:
             if len(values) > start:  # (the common case, a finished step, has nothing to cut)
                 del values[start:]
                 del self.paths[name][start:]
-        self.session.clear_scopes()
-        del self._ties[:]
+        if self.session.scopes:  # (none running: the common case, a step starting after a finished one)
+            self.session.clear_scopes()
+        if self._ties:
+            del self._ties[:]
 
     def enter_scope(self, number: int, collector: Collector | None) -> None:
         """A call of scope `number` starts: it shadows its parent; its positions count from here."""
