@@ -121,6 +121,11 @@ class OutputRecorder:
             for _, message in () if value is None else field.check(value):
                 raise ValueError(f"OutputRecorder.{field.name}: {message}.")
 
+    def __hash__(self) -> int:
+        # Equal recorders hash equal: a hash of the fields that tell most recorders apart, not of all
+        # fifteen (a capture map is hashed on every capturing forward and block: `normalized_tasks`).
+        return hash((self.target_class, self.class_name, self.index))
+
     @property
     def target_classes(self) -> tuple[type[nn.Module], ...]:
         """The classes whose instances it hooks (one, several, or none for a `class_name` recorder)."""

@@ -79,7 +79,9 @@ class TraceRun:
         self._token = None
         if self.padding is not None:
             self._warned = warning_state()  # one warning per block (per `extract` run: `shared_warning`)
-        self._install(outer)
+        if self._prepared is None or outer is not self._outer:  # (else those prepared for the last block)
+            self._prepared = self._prepare(outer)
+        self._prepared.install()
         self._token = self.session.enter()
 
     def stop(self) -> None:
@@ -94,20 +96,18 @@ class TraceRun:
             if self._prepared is not None:
                 self._prepared.remove()
 
-    def _install(self, outer: nn.Module) -> None:
-        """Install the listeners and frames: those prepared for the last block again, or new ones for a new `outer`."""
-        if self._prepared is None or outer is not self._outer:
-            self._outer = outer
-            items = []
-            for scope in self.plan.scopes:
-                if scope.exposed and scope.hooks:
-                    gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
-                    items += hook_listeners(list(scope.hooks), gate)
-            frames = self._frames(outer)
-            if self.padding is not None and self.padding.aware:  # first: every role of the call knows the mask
-                frames.insert(0, (outer, *self.padding.frame(outer, self.session.recording, self.warning)))
-            self._prepared = Prepared(items, frames)
-        self._prepared.install()
+    def _prepare(self, outer: nn.Module) -> Prepared:
+        """The listeners and frames for blocks whose steps are calls of `outer`, to install for each block."""
+        self._outer = outer
+        items = []
+        for scope in self.plan.scopes:
+            if scope.exposed and scope.hooks:
+                gate = self.session.scope_gate(scope.number, self.collectors[scope.number])
+                items += hook_listeners(list(scope.hooks), gate)
+        frames = self._frames(outer)
+        if self.padding is not None and self.padding.aware:  # first: every role of the call knows the mask
+            frames.insert(0, (outer, *self.padding.frame(outer, self.session.recording, self.warning)))
+        return Prepared(items, frames)
 
     def warning(self) -> list[bool]:
         """The padding warning's state of the block running now (`_padding.PaddingWatch`)."""

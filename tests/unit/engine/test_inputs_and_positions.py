@@ -227,3 +227,21 @@ def test_capture_outputs_with_positions_in_the_map(input_ids) -> None:
     assert [h.shape for h in out.hidden_states] == [(2, 1, 32)] * (model.config.num_hidden_layers + 1)
     assert torch.equal(out.hidden_states[-1], out.last_hidden_state[:, -1:])
     assert capture_outputs  # the decorator under test is TinyModel's
+
+
+def test_equal_recorders_hash_equal_and_recorders_differing_in_any_field_stay_apart() -> None:
+    # The hash reads a few fields; equality reads all of them, so a map or a memo keyed by recorders
+    # keeps recorders that differ only in the others apart.
+    base = OutputRecorder(TinyDecoderLayer, index=0)
+    variants = [
+        OutputRecorder(TinyDecoderLayer, index=0, positions=[-1]),
+        OutputRecorder(TinyDecoderLayer, index=0, layers=[0]),
+        OutputRecorder(TinyDecoderLayer, index=0, detach=True),
+        OutputRecorder(TinyDecoderLayer, index=0, dtype="float16"),
+        OutputRecorder(TinyDecoderLayer, index=0, optional=True),
+        OutputRecorder(TinyDecoderLayer, index=0, layer_name="layers"),
+    ]
+    again = OutputRecorder(TinyDecoderLayer, index=0)
+    assert again == base and hash(again) == hash(base) and len({base, again}) == 1
+    assert all(v != base for v in variants) and len({base, *variants}) == 1 + len(variants)
+    assert {base: "a", **{v: str(n) for n, v in enumerate(variants)}}[again] == "a"
