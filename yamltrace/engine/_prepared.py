@@ -37,8 +37,11 @@ class Prepared:
     Any other module, and one whose interceptor others joined meanwhile, takes `intercept`'s way (its
     interceptor is then built again), so what a call sees is what `intercept` would have installed.
     When every module is in the common case, each step is one C-level pass over all of them; the
-    class forwards are bound again only when one of them changed, and the interceptors' entries are
-    compared only when some interceptor's entries changed during the installation (`entry_changes`).
+    class forwards are bound again only when one of them changed, the interceptors' entries are
+    compared only when some interceptor's entries changed during the installation (`entry_changes`),
+    and the modules' forward hooks are looked for only when a hook was registered anywhere since the
+    last installation found none (torch numbers every registration: `RemovableHandle.next_id`; a hook
+    put into a module's `_forward_hooks` by hand, without `register_forward_hook`, is not seen).
     """
 
     __slots__ = (
