@@ -34,6 +34,9 @@ class Looped(nn.Module):
         return x
 
 
+_CALL_LINE = Looped.forward.__code__.co_firstlineno + 2  # `x = self.blocks[i](x)`
+
+
 SPEC = f"""yamltrace: 1
 interventions:
   steer:
@@ -51,7 +54,10 @@ def _run(model: nn.Module, forwards: int = 2) -> tuple[torch.Tensor, list[str]]:
             for _ in range(forwards):
                 out = model(torch.ones(1, WIDTH))
     assert edited["steer"] == ("blocks.1",)  # module order: the second Block module
-    return out, [str(w.message) for w in caught if "runs more than once" in str(w.message)]
+    said = [w for w in caught if "runs more than once" in str(w.message)]
+    # Located at the model code that calls the module (`Looped.forward`), not inside yamltrace or torch.
+    assert all((w.filename, w.lineno) == (__file__, _CALL_LINE) for w in said)
+    return out, [str(w.message) for w in said]
 
 
 def test_layers_count_modules_in_module_order_and_edit_each_call() -> None:

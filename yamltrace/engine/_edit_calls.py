@@ -7,7 +7,8 @@ in module order (`_editing.edited_modules`), and the edit applies to every call 
 each run once per forward, in order, the two agree; a module shared between layers (ALBERT's layer,
 a looped block) runs several times, and `layers` cannot pick one of its calls. A `CallCheck` counts
 the calls of the edited modules of such interventions in each root call (published by the padding
-watch's hooks, `_padding.root_call`) and warns, once per block or handle, located at the intervention.
+watch's hooks, `_padding.root_call`) and warns, once per block or handle, located at the intervention
+(the message) and at the model code that calls the module the second time (the warning's line).
 A module seen to run exactly once in a root call is not checked again (nothing is paid for it in
 later blocks).
 """
@@ -26,6 +27,7 @@ from ..errors import SpecError
 from ._editing import EditRow, edit_issue
 from ._intercept import Enter, Exit, intercept
 from ._padding import RootCall, root_call
+from ._padding_warning import caller_stacklevel
 
 __all__ = ["CallCheck"]
 
@@ -68,7 +70,7 @@ def _frame(row: EditRow, warned: list[bool]) -> tuple[Enter, Exit]:
         count = call.calls[key] = call.calls.get(key, 0) + 1
         if count == 2 and not warned[0]:
             warned[0] = True
-            warnings.warn(_message(row), stacklevel=3)
+            warnings.warn(_message(row), stacklevel=caller_stacklevel())  # (at the model code calling the module)
 
     def exit(token: None, output: Any, finished: bool) -> None:
         return None
