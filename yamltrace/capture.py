@@ -130,13 +130,16 @@ def _capturing_call(
     elif padding is not None:
         padding.check(self, args, kwargs, warning_state(self))
     try:
-        hooks = hold_hooks(self, tasks, flags, session)  # kept until a forward without capture
-        token = session.enter()
+        hooks = token = None
         try:
+            hooks = hold_hooks(self, tasks, flags, session)  # kept until a forward without capture
+            token = session.enter()
             outputs = forward(self, *args, **kwargs)
         finally:
-            session.exit(token)
-            hooks.finish(session)
+            if token is not None:
+                session.exit(token)
+            if hooks is not None:
+                hooks.finish(session)
 
         collector = session.collector
         for key, values in collector.lists.items():

@@ -19,7 +19,7 @@ from typing import Any
 from torch import nn
 
 from ._trace_checks import dead_hints
-from .engine import Collector, Intervention, RuntimeValue, Session, scope_modules, unwrap
+from .engine import Collector, Interception, Intervention, RuntimeValue, Session, scope_modules, unwrap
 from .engine._editing import EditRow, edit_issue, edits_watch, install_edits, plan_edits
 from .engine._edit_calls import CallCheck
 from .engine._padding_warning import warning_state
@@ -119,14 +119,13 @@ def apply_interventions(
     """
     inner = unwrap(model)
     rows = planned_edits(inner, as_spec(inner, spec), values, strict=strict)
-    installed = [install_edits(rows, None).remove]
-    check = CallCheck.of(rows)
-    watch = edits_watch(rows, check is not None)
-    if watch is not None:  # one padding warning per handle
-        installed.append(watch.hooks(inner, lambda: True, [False], None if check is None else check.finished))
-    if check is not None:
-        installed.append(check.install())
-    return InterventionHandle(installed, _paths(rows))
+    owner = Interception()
+    try:
+        _install(owner, rows, None, inner, lambda: True, [False])  # one padding warning per handle
+    except BaseException:
+        owner.remove()
+        raise
+    return InterventionHandle([owner.remove], _paths(rows))
 
 
 def start_edits(
@@ -137,15 +136,29 @@ def start_edits(
     root calls (`engine._padding`): its mask places `last` / `first`, literal positions on padding warn
     once per block, and so does an edited module of `layers` that runs twice in a call (`_edit_calls`)."""
     if rows:
-        stack.callback(install_edits(rows, session).remove)
-        check = CallCheck.of(rows)
-        watch = edits_watch(rows, check is not None)
-        if watch is not None:
-            warned = warning_state(kind="intervention")
-            stack.callback(watch.hooks(root, session.recording, warned, None if check is None else check.finished))
-        if check is not None:
-            stack.callback(check.install())
+        owner = Interception()
+        stack.callback(owner.remove)  # (first: whatever interrupts the installation, closing removes it)
+        _install(owner, rows, session, root, session.recording, warning_state(kind="intervention"))
     return _paths(rows)
+
+
+def _install(
+    owner: Interception,
+    rows: Sequence[EditRow],
+    session: Session | None,
+    root: nn.Module,
+    active: Callable[[], bool],
+    warned: list[bool],
+) -> None:
+    """Install `rows` (for the calls `session` records; every call with None) into `owner`, with the
+    padding watch's hooks on `root` and the check of `layers` edits that run twice, where needed."""
+    install_edits(rows, session, owner)
+    check = CallCheck.of(rows)
+    watch = edits_watch(rows, check is not None)
+    if watch is not None:
+        watch.hooks(root, active, warned, None if check is None else check.finished, owner)
+    if check is not None:
+        check.install(owner)
 
 
 @contextlib.contextmanager

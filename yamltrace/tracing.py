@@ -272,17 +272,17 @@ class _Block:
             else []
         )
         run = kept.run()
-        edits = None
+        edits = contextlib.ExitStack()
+        self._open.append((kept, run, edits, model))  # (first: an interrupted start is still closed)
         try:
             if rows:  # edited values are what the block's captures record
-                edits = contextlib.ExitStack()
                 start_edits(edits, rows, run.session, self._outer)
             run.start(self._outer)
+            return Captures(run.lists, run.ends, run.paths, model)
         except BaseException:
+            self._open.pop()
             _close(kept, run, edits)
             raise
-        self._open.append((kept, run, edits, model))
-        return Captures(run.lists, run.ends, run.paths, model)
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
         kept, run, edits, model = self._open.pop()
@@ -338,8 +338,7 @@ def _close(kept: KeptPlan, run: TraceRun, edits: Any, model: nn.Module | None = 
         try:
             run.stop()
         finally:
-            if edits is not None:
-                edits.close()
+            edits.close()
         if model is not None and run.ends and (silent := run.silent_outputs()):
             warn_no_tensor(model, silent)  # (stack: here, __exit__, the caller)
     finally:

@@ -69,7 +69,9 @@ def test_a_model_compiled_and_called_before_the_block_is_captured_without_recomp
 ) -> None:
     from torch._dynamo.utils import counters
 
-    with torch.no_grad():
+    # Code compiled before the block ran no hooks; torch guards on hooks added later only with its
+    # hook guards on (docs/capture.md, "torch.compile").
+    with torch.no_grad(), torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):
         with trace(tiny) as eager:
             tiny(input_ids)
         compiled = torch.compile(tiny, backend="eager", fullgraph=True)
@@ -82,13 +84,13 @@ def test_a_model_compiled_and_called_before_the_block_is_captured_without_recomp
             for key in ("hidden_states", "attentions"):
                 assert_same(captures[key], eager[key])
         compiled(input_ids)
-    # One graph without the interceptors, one with them: later blocks reuse it.
+    # One graph without the hooks, one with them: later blocks reuse it.
     assert graphs[0] == graphs[1] == graphs[2]
     assert hook_count(tiny) == 0
 
 
 def test_trace_accepts_the_module_torch_compile_returned(tiny: TinyModel, input_ids) -> None:
-    with torch.no_grad():
+    with torch.no_grad(), torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):
         with trace(tiny) as eager:
             tiny(input_ids)
         compiled = torch.compile(tiny, backend="eager")

@@ -14,6 +14,7 @@ from ._collector import Collector, entry_of
 from ._edit import OPERATIONS, Intervention, RuntimeValue
 from ._editing import edited_modules
 from ._heads import head_count
+from ._intercept import Interception
 from ._held import hold_hooks, release_hooks
 from ._padding import PaddingWatch, tasks_watch
 from ._padding_warning import shared_warning, warning_state
@@ -42,6 +43,7 @@ __all__ = [
     "CAPTURE_MAP_ATTRIBUTE",
     "CaptureMap",
     "Collector",
+    "Interception",
     "Intervention",
     "KeptPlan",
     "OPERATIONS",

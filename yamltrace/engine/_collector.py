@@ -19,7 +19,7 @@ from torch import nn
 from torch.compiler import is_compiling, is_dynamo_compiling
 
 from ..errors import CaptureError
-from ._intercept import Interception, Listener, intercept
+from ._intercept import Interception, Listener
 from ._positions import InputSource, PositionError, Transform, transform_of
 from ._recorder import OutputRecorder
 
@@ -201,10 +201,10 @@ class ScopeGate:
         self.collector, self.session, self.scopes, self.number, self.blocks = collector, session, scopes, number, open_blocks
 
 
-def install_hooks(plan: HookPlan, served: Sessions | ScopeGate) -> Interception:
-    """Intercept each planned module's forward, recording into the collector `served` gives the call
-    (module docstring); remove with `.remove()`."""
-    return intercept(hook_listeners(plan, served))
+def install_hooks(plan: HookPlan, served: Sessions | ScopeGate, into: Interception) -> None:
+    """Hook each planned module's forward, recording into the collector `served` gives the call
+    (module docstring), owned by `into`."""
+    into.add(hook_listeners(plan, served))
 
 
 def hook_listeners(plan: HookPlan, served: Sessions | ScopeGate) -> list[tuple[nn.Module, Listener, HookRow]]:

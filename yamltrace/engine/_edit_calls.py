@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
@@ -25,7 +25,7 @@ from torch.compiler import is_dynamo_compiling
 
 from ..errors import SpecError
 from ._editing import EditRow, edit_issue
-from ._intercept import Enter, Exit, intercept
+from ._intercept import Enter, Exit, Interception
 from ._padding import RootCall, root_call
 from ._padding_warning import caller_stacklevel
 
@@ -49,9 +49,9 @@ class CallCheck:
         kept = [row for row in rows if row.edit.iv.select.layers is not None and row.module not in _ONCE]
         return cls(kept) if kept else None
 
-    def install(self) -> Callable[[], None]:
-        """Put the counting frames on the checked modules; returns their remover."""
-        return intercept([], [(row.module, *_frame(row, self.warned)) for row in self.rows]).remove
+    def install(self, into: Interception) -> None:
+        """Put the counting frames on the checked modules, owned by `into`."""
+        into.add(frames=[(row.module, *_frame(row, self.warned)) for row in self.rows])
 
     def finished(self, call: RootCall) -> None:
         """A root call ended: the modules that ran once in it need no check again."""

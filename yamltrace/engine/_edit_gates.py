@@ -16,7 +16,7 @@ import torch
 from torch.compiler import is_dynamo_compiling
 
 from ._collector import open_blocks, session_records
-from ._intercept import INPUTS, OUTPUTS, Interception, intercept
+from ._intercept import INPUTS, OUTPUTS, Interception
 
 if TYPE_CHECKING:
     from ._editing import Edit, EditRow
@@ -24,11 +24,10 @@ if TYPE_CHECKING:
 __all__ = ["install_edits"]
 
 
-def install_edits(rows: Sequence[EditRow], session: Any) -> Interception:
-    """Put each row's edit on its module, in order: applied to calls `session` records (a block
-    session, `session_records`), or to every call with `session` None; remove with `.remove()`."""
-    edits = [(module, OUTPUTS if edit.source is None else INPUTS, _gated(edit, session)) for module, _, edit in rows]
-    return intercept([], (), edits)
+def install_edits(rows: Sequence[EditRow], session: Any, into: Interception) -> None:
+    """Put each row's edit on its module, in order, owned by `into`: applied to calls `session` records
+    (a block session, `session_records`), or to every call with `session` None."""
+    into.add(edits=[(module, OUTPUTS if edit.source is None else INPUTS, _gated(edit, session)) for module, _, edit in rows])
 
 
 def _gated(edit: Edit, session: Any) -> Callable[..., Any]:

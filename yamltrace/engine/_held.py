@@ -20,6 +20,7 @@ from typing import Any
 from torch import nn
 
 from ._collector import Sessions, install_hooks
+from ._intercept import Interception
 from ._plan import plan_hooks
 from ._recorder import OutputRecorder
 from ._session import forward_context
@@ -45,7 +46,7 @@ class HeldHooks(Sessions):
         super().__init__(forward_context())
         self.key = key
         self.guard = guard
-        self.interception: Any = None
+        self.interception = Interception()
         self.finalizer: Any = None
         self.released = False  # removed from `_held`; the last running forward removes the hooks
 
@@ -77,18 +78,22 @@ def hold_hooks(root: nn.Module, tasks: tuple[tuple[str, OutputRecorder], ...], k
     plan, guard = plan_hooks(root, tasks, nested_maps=True, keys=key[1], guarded=True)
     held = HeldHooks(key, guard)
     held.sessions = (session,)
-    held.interception = install_hooks(plan, held)
-    if any(module is root for module, _, _ in plan):
-        # Hooks on the root itself would keep it alive: not held, removed when this forward finishes.
-        held.released = True
-        return held
-    held.finalizer = weakref.finalize(root, _collected.append, (id(root), held))
-    with _lock:
-        previous = _held.get(id(root))
-        _held[id(root)] = held
-    if previous is not None:  # another thread installed some meanwhile
-        _release(previous)
-    return held
+    # Hooks on the root itself would keep it alive: not held, removed when this forward finishes.
+    held.released = any(module is root for module, _, _ in plan)
+    try:
+        install_hooks(plan, held, held.interception)
+        if not held.released:
+            held.finalizer = weakref.finalize(root, _collected.append, (id(root), held))
+            with _lock:
+                previous = _held.get(id(root))
+                _held[id(root)] = held
+            if previous is not None:  # another thread installed some meanwhile
+                _release(previous)
+        return held  # (inside `try`: an interruption before the caller has the hooks removes them)
+    except BaseException:
+        _forget(id(root), held)
+        held.interception.remove()
+        raise
 
 
 def release_hooks(model: nn.Module) -> None:
@@ -117,11 +122,15 @@ def _drain() -> None:
         _release(held)
 
 
-def _forget(key: int) -> None:
-    with _lock:
-        held = _held.pop(key, None)
-    if held is not None:
+def _forget(key: int, only: HeldHooks | None = None) -> None:
+    """Release the hooks held for root `key` (`only`: if they are those). Removed before they are
+    forgotten, so an interrupted removal leaves them to the next release."""
+    held = _held.get(key)
+    if held is not None and (only is None or held is only):
         _release(held)
+        with _lock:
+            if _held.get(key) is held:
+                del _held[key]
 
 
 def _release(held: HeldHooks) -> None:

@@ -27,7 +27,7 @@ from torch.compiler import is_dynamo_compiling
 
 from .._recorder_fields import PADDING_POSITIONS
 from ..errors import PositionError
-from ._intercept import observing
+from ._intercept import Interception
 from ._padding_warning import caller_stacklevel
 from ._wrappers import unwrap
 
@@ -239,12 +239,11 @@ class PaddingWatch:
         module: nn.Module,
         is_active: Callable[[], bool],
         warned: list[bool],
-        finished: Callable[[RootCall], None] | None = None,
-    ) -> Callable[[], None]:
+        finished: Callable[[RootCall], None] | None,
+        into: Interception,
+    ) -> None:
         """`enter` and `exit` as forward hooks on `module` (the exit one runs also when the forward
-        raises), for calls made while `is_active()`, `finished(call)` as each ends; returns their remover. Unlike an interception
-        frame, hooks leave `module.forward`'s signature as it is, which `generate` reads (whether the
-        model takes `logits_to_keep`, `attention_mask`, `position_ids`)."""
+        raises), for calls made while `is_active()`, `finished(call)` as each ends; `into` owns them."""
         owner = object()
 
         def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -263,10 +262,7 @@ class PaddingWatch:
                 if finished is not None:
                     finished(call)
 
-        return observing(
-            module.register_forward_pre_hook(before, with_kwargs=True),
-            module.register_forward_hook(after, with_kwargs=True, always_call=True),
-        )
+        into.observe(module, before, after)
 
     def _padded(self, call: RootCall) -> str | None:
         """The warning for the literal recorders whose positions select padding in this call, or None."""

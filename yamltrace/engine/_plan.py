@@ -85,6 +85,16 @@ def _class_map(cls: type[nn.Module]) -> Any:
 
 
 _CHILDREN = operator.attrgetter("_modules")
+_VALUES = dict.values
+
+
+def _members(children: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each `_modules` dict's names and its modules' ids, to compare with an earlier reading. (Ids,
+    so a cached plan holds no module; a reading compares equal only while the modules it names are
+    alive — which `_CachedPlan.plan` and `PlanGuard` check first — so an id is never a reused one.)"""
+    return [(*names, *map(id, modules)) for names, modules in zip(map(tuple, children), map(_VALUES, children))]
+
+
 _new_row: Callable[[type[HookRow], tuple[Any, ...]], HookRow] = tuple.__new__
 _DEREFERENCE = weakref.ref.__call__
 
@@ -92,22 +102,24 @@ _DEREFERENCE = weakref.ref.__call__
 class _CachedPlan:
     """A plan of one root, kept without strong references to its modules.
 
-    `modules` holds a weak reference to every module the walk visited, with its class and number of
-    children then: a plan is reused only while all are alive and unchanged and no structure change or
-    `invalidate` happened since (`generation`). Entries point into `modules` by position.
+    `modules` holds a weak reference to every module the walk visited, with its class and its children
+    then: a plan is reused only while all are alive, of the same class, with the very same children
+    under the same names, and no registration or `invalidate` happened since (`generation`). Entries
+    point into `modules` by position. (Children are compared by identity, not counted: an `insert`
+    then a `pop` keeps a list's size and changes its members.)
     """
 
-    __slots__ = ("generation", "modules", "classes", "sizes", "entries", "containers", "leaves", "container_sizes")
+    __slots__ = ("generation", "modules", "classes", "children", "entries", "containers", "leaves", "container_children")
 
     def __init__(self, generation: int, visited: list[nn.Module], children: list[dict[str, Any]], plan: HookPlan) -> None:
         self.generation = generation
         self.modules = _watch(visited)  # the registration watch's weak references, one per module
         self.classes = list(map(type, visited))
-        self.sizes = list(map(len, children))
+        self.children = _members(children)
         # Which visited modules had children (for each `PlanGuard`, picked with `compress`).
-        self.containers = list(map(bool, self.sizes))
-        self.leaves = [not size for size in self.sizes]
-        self.container_sizes = list(compress(self.sizes, self.containers))
+        self.containers = list(map(bool, children))
+        self.leaves = [not c for c in self.containers]
+        self.container_children = list(compress(self.children, self.containers))
         position = {id(module): i for i, module in enumerate(visited)}
         self.entries = [(position[id(module)], path, entries) for module, path, entries in plan]
 
@@ -121,7 +133,7 @@ class _CachedPlan:
             return None
         alive = cast("list[nn.Module]", visited)  # every class matched: none was collected
         children = list(map(_CHILDREN, alive))
-        if list(map(len, children)) != self.sizes:
+        if _members(children) != self.children:
             return None
         # `tuple.__new__` directly: `HookRow(...)` would run the named tuple's Python `__new__` per row.
         rows = [_new_row(HookRow, (alive[i], path, entries)) for i, path, entries in self.entries]
@@ -134,26 +146,25 @@ class PlanGuard:
     It keeps strong references to the visited modules below the root (no weak references to follow;
     the root itself is passed in, so a guard never keeps it alive), for hooks that stay installed on
     them anyway (`_held`), and to every visited module's `_modules` dict: it checks the generation,
-    the root's class, the size of each dict that had children, that the dicts that had none still
-    have none, then each module's class. Reading the dicts kept, rather than each module's `_modules`
+    the root's class, the members (names and modules, by identity) of each dict that had children,
+    that the dicts that had none still have none, then each module's class. Reading the dicts kept, rather than each module's `_modules`
     attribute (`nn.Module` defines `__getattr__`, so every attribute read takes the slow path), is
     cheaper; so is testing the empty ones for truth (`any`, no call per dict) instead of taking their
     sizes (a `len` call each) on a transformer, whose modules are mostly leaves (figures:
-    docs/performance.md). A container's deletions shrink its dict (`del` of an
-    attribute, `ModuleList.__delitem__` deletes before it rebuilds `_modules`), additions go through
-    the registration hook; replacing `_modules` by hand is the direct edit docs/capture.md leaves to
-    `invalidate()`.
+    docs/performance.md). Any change of a container's members is seen (`insert`, `pop`, `del`, an
+    assignment into `_modules` by hand); replacing a module's whole `_modules` dict by hand is the
+    direct edit docs/capture.md leaves to `invalidate()`.
     """
 
-    __slots__ = ("_generation", "_modules", "_root_class", "_containers", "_leaves", "_classes", "_sizes")
+    __slots__ = ("_generation", "_modules", "_root_class", "_containers", "_leaves", "_classes", "_members")
 
     def __init__(self, cached: _CachedPlan, visited: list[nn.Module], children: list[dict[str, Any]]) -> None:
         self._generation = cached.generation
         self._modules = visited[1:]
         self._root_class = cached.classes[0]
-        # Each visited module's `_modules`: those with children (and their sizes then), the others.
+        # Each visited module's `_modules`: those with children (and their members then), the others.
         self._containers = list(compress(children, cached.containers))
-        self._sizes = cached.container_sizes
+        self._members = cached.container_children
         self._leaves = list(compress(children, cached.leaves))
         self._classes = cached.classes[1:]
 
@@ -162,7 +173,7 @@ class PlanGuard:
             self._generation == _generation
             and type(root) is self._root_class
             and not any(self._leaves)
-            and list(map(len, self._containers)) == self._sizes
+            and _members(self._containers) == self._members
             and list(map(type, self._modules)) == self._classes
         )
 
@@ -200,7 +211,10 @@ class _Watch(weakref.ref):  # type: ignore[type-arg]
     """A weak reference to a watched module that knows the module's id (its key in `_watched`)."""
 
     __slots__ = ("key",)
-    key: int
+
+    def __init__(self, module: nn.Module, callback: Callable[[_Watch], None]) -> None:
+        super().__init__(module, callback)  # type: ignore[call-arg]
+        self.key = id(module)  # (set with the reference: its callback reads it)
 
 
 def _watch(modules: Iterable[nn.Module]) -> list[_Watch]:
@@ -212,7 +226,6 @@ def _watch(modules: Iterable[nn.Module]) -> list[_Watch]:
         reference = _watched.get(key)
         if reference is None:
             reference = _watched[key] = _Watch(module, _unwatch)
-            reference.key = key
         references.append(reference)
     return references
 

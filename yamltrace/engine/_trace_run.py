@@ -24,7 +24,7 @@ from typing import Any
 from torch import nn
 
 from ._collector import Collector, hook_listeners
-from ._prepared import Prepared
+from ._intercept import Interception
 from ._padding import PaddingWatch, plan_watch
 from ._padding_warning import warning_state
 from ._session import Session, tie_last_hidden_state
@@ -50,10 +50,9 @@ class TraceRun:
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
         self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
         self._silent_checks = self._silent_paths()
-        self._prepared: Prepared | None = None  # the listeners and frames, installed for each block
+        self._interception: Interception | None = None  # the listeners and frames, while a block records
         self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding_warning.warning_state`)
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records
-        self._outer: nn.Module | None = None  # the module whose calls the frames delimit as steps
         # Read again for each block (`_empty`, `finish`): each output's name, collector and key; each
         # exposed scope's collector, keys and layer selections.
         self._outputs = [(o.name, self.collectors[o.scope], o.key) for o in plan.outputs]
@@ -79,9 +78,9 @@ class TraceRun:
         self._token = None
         if self.padding is not None:
             self._warned = warning_state()  # one warning per block (per `extract` run: `shared_warning`)
-        if self._prepared is None or outer is not self._outer:  # (else those prepared for the last block)
-            self._prepared = self._prepare(outer)
-        self._prepared.install()
+        items, frames = self._prepare(outer)
+        self._interception = Interception()  # (held before anything is installed: `stop` removes what was)
+        self._interception.add(items, frames)
         self._token = self.session.enter()
 
     def stop(self) -> None:
@@ -93,12 +92,12 @@ class TraceRun:
         finally:
             if self.session.open:
                 self.session.close()
-            if self._prepared is not None:
-                self._prepared.remove()
+            if self._interception is not None:
+                self._interception.remove()
+                self._interception = None
 
-    def _prepare(self, outer: nn.Module) -> Prepared:
-        """The listeners and frames for blocks whose steps are calls of `outer`, to install for each block."""
-        self._outer = outer
+    def _prepare(self, outer: nn.Module) -> tuple[list[Any], list[Any]]:
+        """The listeners and frames for a block whose steps are calls of `outer`."""
         items = []
         for scope in self.plan.scopes:
             if scope.exposed and scope.hooks:
@@ -107,7 +106,7 @@ class TraceRun:
         frames = self._frames(outer)
         if self.padding is not None and self.padding.aware:  # first: every role of the call knows the mask
             frames.insert(0, (outer, *self.padding.frame(outer, self.session.recording, self.warning)))
-        return Prepared(items, frames)
+        return items, frames
 
     def warning(self) -> list[bool]:
         """The padding warning's state of the block running now (`_padding.PaddingWatch`)."""

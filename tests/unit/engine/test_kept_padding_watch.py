@@ -92,19 +92,6 @@ def test_positions_last_follow_each_blocks_mask_on_a_kept_run(model) -> None:
     assert fresh_found == []
 
 
-def test_the_traced_modules_interceptor_is_kept_from_block_to_block(model) -> None:
-    """A spec with literal positions installs the kept interceptor of the traced module again (its
-    `forward` entry set and deleted), as one without positions does, and leaves its `__dict__` as it was."""
-    before = dict(vars(model))
-    forwards = []
-    for _ in range(2):
-        with torch.no_grad(), trace(model, LITERAL):
-            forwards.append(model.forward)
-            model(_ids(), attention_mask=UNPADDED)
-        assert {k: v for k, v in vars(model).items() if k != "_yamltrace_trace_plans"} == before
-    assert forwards[0] is forwards[1]
-
-
 def test_the_tied_last_hidden_state_keeps_each_rows_last_real_token_block_after_block(model) -> None:
     """The watch's call is published before the traced module's roles and ends after them: the tie at
     its exit still reads the call's mask (`positions: last`), on a kept run as on a fresh plan."""

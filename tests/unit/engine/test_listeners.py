@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from yamltrace.engine._intercept import Interception, _interceptor_of
 from yamltrace import CaptureError
 from yamltrace.engine import OutputRecorder
 from yamltrace.engine._collector import Collector, Sessions, _listener, entry_of, install_hooks
@@ -132,10 +133,11 @@ def test_the_entry_kind_picks_the_listener(kind) -> None:
     key, recorder = KINDS[kind]
     entry = entry_of(key, recorder)
     plan = [(nn.Identity(), ".layers.0", (entry,))]
-    interception = install_hooks(plan, Sessions(forward_context()))  # type: ignore[arg-type]
+    interception = Interception()
+    install_hooks(plan, Sessions(forward_context()), interception)  # type: ignore[arg-type]
     try:
         module = plan[0][0]
-        (installed,) = module.forward.__self__.listeners
+        (installed,) = _interceptor_of(module).listeners
         assert installed[0].__name__ == kind.split()[0]
     finally:
         interception.remove()

@@ -100,11 +100,11 @@ def test_a_call_that_raised_leaves_nothing_for_the_next_take(model) -> None:
 def test_hooks_go_on_once_and_come_off_at_the_end(model) -> None:
     before = hook_count(model)
     with torch.no_grad(), stepwise(model, SPEC) as steps:
-        forwards = {id(m): m.__dict__.get("forward") for m in model.modules()}
+        hooks = {id(m): list(m._forward_hooks.values()) for m in model.modules()}
         for ids in _inputs(3):
             model(ids)
             steps.take()
-            assert {id(m): m.__dict__.get("forward") for m in model.modules()} == forwards
+            assert {id(m): list(m._forward_hooks.values()) for m in model.modules()} == hooks
     assert hook_count(model) == before
     assert all("forward" not in m.__dict__ for m in model.modules())
 
