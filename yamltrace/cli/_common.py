@@ -51,7 +51,7 @@ def import_object(reference: str, option: str = "--model") -> Any:
     """
     module_name, sep, qualname = reference.partition(":")
     if not sep or not module_name or not qualname:
-        raise _Usage(f"{option} {reference!r}: write it as package.module:Name.")
+        raise _Usage(f"{option} {reference!r}: write it as package.module:ClassName.")
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as e:
