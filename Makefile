@@ -32,6 +32,12 @@ demo: $(VENV)/.runtime
 test: $(VENV)/.test $(LSP)/.installed
 	$(BIN)/python -m pytest
 
+# The inner loop: the unit tests without the oracle and `slow` markers (no subprocess environments,
+# compile, FIFO or timeout tests). `make test` and CI run everything.
+.PHONY: test-fast
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest tests/unit -m "not oracle and not slow" -q
+
 # The YAML language server that tests/integration/test_editor_lsp.py drives over LSP (node and npm),
 # installed once from tools/lsp's package-lock.json into $(LSP).
 $(LSP)/.installed: tools/lsp/package.json tools/lsp/package-lock.json

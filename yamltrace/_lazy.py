@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["TORCH_EXTRA", "lazy_exports", "missing_extra"]
+__all__ = ["TORCH_EXTRA", "lazy_exports", "missing_extra", "missing_extra_message"]
 
 TORCH_EXTRA = "yamltrace[torch]"
 
@@ -29,6 +29,13 @@ def missing_extra(error: ModuleNotFoundError, what: str) -> ImportError | None:
         f"(or install {root} yourself). The core install only validates specs and prints the schema.",
         name=error.name,
     )
+
+
+def missing_extra_message(error: ImportError, what: str) -> str | None:
+    """The one line to print when `error` is about a module of the `torch` extra (raw, or as `missing_extra`
+    worded it for a lazy name), else None: an error of another kind is not the install's to fix."""
+    friendly = missing_extra(ModuleNotFoundError(str(error), name=error.name), what)
+    return None if friendly is None else str(friendly)
 
 
 def lazy_exports(

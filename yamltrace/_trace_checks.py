@@ -17,7 +17,7 @@ import dataclasses
 import difflib
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from torch import nn
@@ -146,16 +146,16 @@ def spec_rule(model: nn.Module, spec: Spec) -> PatchRule:
     return PatchRule.for_entries(spec.patches, model_device(model))
 
 
-def patch_targets(model: nn.Module, spec: Spec) -> list[tuple[PatchEntry, list[str]]]:
-    """For each patch entry, the paths of the modules it replaces, as `patch_model` selects them on the
-    CPU or on a device an entry names (an entry for `cuda` is judged on `cuda`)."""
-    devices = sorted({"cpu", *(e.device for e in spec.patches if e.device)})
-    rules = [PatchRule.for_entries(spec.patches, device) for device in devices]
-    targets: dict[str, list[str]] = {e.pattern: [] for e in spec.patches}
+def patch_targets(model: nn.Module, entries: Sequence[PatchEntry]) -> list[tuple[PatchEntry, list[str]]]:
+    """For each patch entry (a spec's `patches`), the paths of the modules it replaces, as `patch_model`
+    selects them on the CPU or on a device an entry names (an entry for `cuda` is judged on `cuda`)."""
+    devices = sorted({"cpu", *(e.device for e in entries if e.device)})
+    rules = [PatchRule.for_entries(entries, device) for device in devices]
+    targets: dict[str, list[str]] = {e.pattern: [] for e in entries}
     for path, module in model.named_modules():
         for key in {rule.key_for(type(module).__name__) for rule in rules} - {None}:
             targets[str(key)].append(path or "<root>")
-    return [(entry, targets[entry.pattern]) for entry in spec.patches]
+    return [(entry, targets[entry.pattern]) for entry in entries]
 
 
 def check_patches(model: nn.Module, spec: Spec) -> None:

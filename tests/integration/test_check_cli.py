@@ -65,7 +65,7 @@ def test_check_fails_on_what_matches_nothing_with_hints(tmp_path: Path) -> None:
         "`optional: true` if the module exists only in some configurations, or trace with strict=False."
     )
     assert lines[5].endswith(
-        "spec.yaml: $.patches.TinyAtention: the patch matches no module of TinyModel; fix the class name "
+        "spec.yaml:7:3: $.patches.TinyAtention: the patch matches no module of TinyModel; fix the class name "
         "or pattern (the model's classes: Embedding, Linear, ModuleList, RMSNorm, TinyAttention, "
         "TinyDecoderLayer, TinyMLP, TinyModel)"
     )

@@ -12,6 +12,8 @@ from yamltrace.engine import OutputRecorder
 from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import trace
 
+pytestmark = pytest.mark.slow  # compiles
+
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():

@@ -22,3 +22,8 @@ def test_demo_traces_loads_a_checkpoint_swaps_a_kernel_and_exits_zero() -> None:
     assert "equal to model(..., output_hidden_states=True, output_attentions=True): True" in result.stdout
     assert "attention class: SdpaTinyAttention" in result.stdout
     assert "outputs agree within 1e-5: True" in result.stdout
+    # The warning about attention weights SDPA does not compute is printed in its place, after its table.
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    said = lines.index("   (scaled_dot_product_attention returns no weights, so attentions is empty; trace says so:)")
+    assert lines[said + 1].startswith("   UserWarning: trace: 'attentions' recorded no tensor although the modules ran")

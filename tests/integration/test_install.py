@@ -1,10 +1,12 @@
-"""The light install, as docs/cli.md tells users to do it: the GitHub Actions recipe (`pip install` from
-the repository URL, then `yamltrace validate`) and the pre-commit recipe, run as written against a
-local clone of this repository in place of the URL.
+"""The recipes of docs/ci.md, run as written: the GitHub Actions workflow (`pip install` from the
+repository URL, then `yamltrace validate`; the check job's command on a repository of two model
+families) and both pre-commit recipes (the `repo:` / `rev:` form, a `repo: local` hook installing a
+wheel), with a local clone of this repository in place of the URL and a wheel built from it at the
+documented path.
 
-Both build an environment (a few seconds; ~20 s for pre-commit), so they are marked slow; they stay
+They build environments (a few seconds; ~20 s for pre-commit), so they are marked slow; they stay
 in the default suite and CI. Dependencies come from pip's configured index or cache; torch is never
-installed: the core is PyYAML and jsonschema.
+installed in them: the core is PyYAML and jsonschema.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from helpers import ROOT
 
 pytestmark = pytest.mark.slow
 
-DOCS = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+DOCS = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
 URL = "https://github.com/OWNER/yamltrace"
 SHIPPED = sorted((ROOT / "specs").glob("*.yaml"))
 CORE_SITE_PACKAGES_LIMIT = 50 * 2**20
@@ -41,14 +43,14 @@ def _yaml_block_after(heading: str) -> object:
 
 
 def _pre_commit_config(repo: str) -> dict[str, Any]:
-    """The `.pre-commit-config.yaml` of docs/cli.md's pre-commit section whose first repo is `repo`."""
-    section = DOCS[DOCS.index("## pre-commit") :]
+    """The `.pre-commit-config.yaml` of docs/ci.md's pre-commit section whose first repo is `repo`."""
+    section = DOCS[DOCS.index("## Before a commit: pre-commit") :]
     section = section[: section.index("\n## ", 1)]
     for block in re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL):
         config = yaml.safe_load(block)
         if isinstance(config, dict) and config.get("repos", [{}])[0].get("repo") == repo:
             return config
-    raise AssertionError(f"docs/cli.md's pre-commit section has no config with repo {repo!r}")
+    raise AssertionError(f"docs/ci.md's pre-commit section has no config with repo {repo!r}")
 
 
 def _run_pre_commit(config: dict[str, Any], project: Path, tmp_path: Path, **env: str) -> None:
@@ -97,7 +99,7 @@ def actions_steps(clone: tuple[Path, str]) -> list[list[str]]:
     """The `run:` steps of the documented workflow, the URL pointing at the clone (with a host part, which
     the pip bundled with Python 3.11 needs in a `name @ git+file:` requirement)."""
     path, commit = clone
-    steps = _yaml_block_after("## GitHub Actions")["jobs"]["validate"]["steps"]
+    steps = _yaml_block_after("## On every pull request: GitHub Actions")["jobs"]["validate"]["steps"]
     commands = [step["run"].replace(f"git+{URL}@REF", f"git+file://localhost{path}@{commit}") for step in steps if "run" in step]
     return [shlex.split(command) for command in commands]
 
@@ -157,6 +159,16 @@ def test_a_torch_name_without_torch_names_the_extra(core_venv: Path, tmp_path: P
     )
 
 
+def test_check_without_torch_prints_one_line_naming_the_extra(core_venv: Path, project: Path) -> None:
+    result = _run([core_venv / "bin" / "yamltrace", "check", "specs/"], project)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2,
+        "",
+        "yamltrace check: this command needs torch, which is not installed: pip install 'yamltrace[torch]' "
+        "(or install torch yourself). The core install only validates specs and prints the schema.\n",
+    )
+
+
 def test_the_documented_pre_commit_config_runs(clone: tuple[Path, str], project: Path, tmp_path: Path) -> None:
     """The docs' `.pre-commit-config.yaml` with the clone as `repo` and its commit as `rev`."""
     path, commit = clone
@@ -167,21 +179,90 @@ def test_the_documented_pre_commit_config_runs(clone: tuple[Path, str], project:
 
 
 def test_the_documented_local_pre_commit_hook_runs(clone: tuple[Path, str], project: Path, tmp_path: Path) -> None:
-    """The docs' `repo: local` hook as written: `yamltrace==VERSION` comes from a wheel of the clone, standing in
-    for the package index; the hook is the one `.pre-commit-hooks.yaml` defines, plus the pinned dependency."""
+    """The docs' `repo: local` hook as written, the wheel built from the clone at the documented `file://` path
+    (its folder standing in for /opt/wheels); the hook is the one `.pre-commit-hooks.yaml` defines, plus the
+    dependency."""
     import yamltrace
 
     config = _pre_commit_config("local")
     (hook,) = config["repos"][0]["hooks"]
-    assert hook.pop("additional_dependencies") == [f"yamltrace=={yamltrace.__version__}"]
+    (dependency,) = hook.pop("additional_dependencies")
+    wheel_name = f"yamltrace-{yamltrace.__version__}-py3-none-any.whl"
+    assert dependency == f"yamltrace @ file:///opt/wheels/{wheel_name}"
     (defined,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
     defined.pop("description")
     assert hook == defined
-    config = _pre_commit_config("local")
     wheels = tmp_path / "wheels"
     built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, clone[0]], tmp_path)
     assert built.returncode == 0, built.stderr
-    _run_pre_commit(config, project, tmp_path, PIP_FIND_LINKS=f"{wheels} {os.environ.get('PIP_FIND_LINKS', '')}".strip())
+    assert [p.name for p in wheels.iterdir()] == [wheel_name]  # the name the recipe writes
+    config = _pre_commit_config("local")
+    config["repos"][0]["hooks"][0]["additional_dependencies"] = [dependency.replace("/opt/wheels", str(wheels))]
+    _run_pre_commit(config, project, tmp_path)
+
+
+FAMILY = """\
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+
+    def forward(self, x):
+        return self.blocks[1](self.blocks[0](x))
+"""
+
+
+def test_the_documented_check_job_runs_on_a_repository_of_several_families(tmp_path: Path) -> None:
+    """The check job: torch from the CPU index, yamltrace[torch] from the same URL as the validate job, then its
+    command as written, here in this environment (which has what those steps install) on a repository whose
+    specs name two families: a transformers class by its bare name, and a class of the repository's own package."""
+    steps = [
+        step["run"]
+        for step in _yaml_block_after("## On every pull request: GitHub Actions")["jobs"]["check"]["steps"]
+        if "run" in step
+    ]
+    assert steps[:2] == [
+        "pip install torch --index-url https://download.pytorch.org/whl/cpu",
+        f'pip install "yamltrace[torch] @ git+{URL}@REF" transformers',
+    ]
+    command = shlex.split(steps[2])
+    assert command[:2] == ["yamltrace", "check"]
+    (tmp_path / "vision_fam").mkdir()
+    (tmp_path / "vision_fam" / "__init__.py").write_text("")
+    (tmp_path / "vision_fam" / "models.py").write_text(FAMILY)
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "net.yaml").write_text(
+        "yamltrace: 1\nmodel: vision_fam.models:Net\noutputs:\n  hidden_states: {class_name: .proj}\n"
+    )
+    (tmp_path / "specs" / "llama.yaml").write_text(
+        "yamltrace: 1\nmodel: LlamaForCausalLM\npatches:\n  LlamaRMSNorm: torch.nn:Identity\n"
+    )
+    yamltrace_command = shutil.which("yamltrace", path=str(Path(sys.executable).parent))
+    assert yamltrace_command is not None
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout, as the job's install gives the tested commit
+    result = _run([yamltrace_command, *command[1:]], tmp_path, env)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    (tmp_path / "specs" / "llama.yaml").write_text(
+        "yamltrace: 1\nmodel: LlamaForCausalLM\npatches:\n  LlamaRMSNorn: torch.nn:Identity\n"
+    )
+    result = _run([yamltrace_command, *command[1:]], tmp_path, env)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith(
+        "::error file=specs/llama.yaml,line=4,col=3,title=yamltrace::$.patches.LlamaRMSNorn: the patch matches no module "
+        "of LlamaForCausalLM"
+    )
 
 
 def _extras() -> dict[str, list[Any]]:

@@ -14,6 +14,8 @@ from yamltrace import OutputRecorder, Spec
 from yamltrace.engine import Intervention, RuntimeValue
 from yamltrace.examples.tiny import TinyDecoderLayer, TinyModel
 
+pytestmark = pytest.mark.slow  # torch.compile, generate and wrappers
+
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():

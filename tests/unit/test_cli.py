@@ -61,6 +61,7 @@ def test_files_are_reported_in_order_with_one_summary(capsys: pytest.CaptureFixt
     assert out.splitlines() == [*lines, f"3 files, 2 invalid, {len(lines)} problems"]
 
 
+@pytest.mark.slow  # a FIFO
 def test_unreadable_files_are_issues_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.yaml"
     os.mkfifo(fifo)

@@ -36,6 +36,7 @@ def test_a_missing_file_is_none_only_when_allowed(folder):
         folder_file(folder, "nope.json")
 
 
+@pytest.mark.slow  # a FIFO
 def test_a_fifo_is_refused_without_blocking(folder):
     os.mkfifo(folder / "pipe.json")
     with pytest.raises(FolderError, match="not a regular file .a FIFO."):
@@ -101,6 +102,7 @@ def test_json_is_parsed_with_located_errors_and_a_depth_cap(folder):
         read_json(folder, "hidden.json", max_bytes=10_000)
 
 
+@pytest.mark.slow  # a FIFO
 def test_a_safetensors_header_is_read_after_its_length_is_checked(folder):
     from yamltrace._folder import safetensors_header
 

@@ -33,8 +33,8 @@ def save_pretrained(
 ) -> Path:
     """Save `model` (yamltrace or transformers) with its spec beside its files.
 
-    `spec` (a path, YAML text or bytes: copied byte for byte once it validates; a `Spec` or a mapping:
-    rendered with `to_yaml`) is written as `yamltrace.yaml`; without it, the spec attached by
+    `spec` (a path, YAML text or bytes: copied byte for byte once it validates; `builtin:NAME`: the
+    shipped spec's text; a `Spec` or a mapping: rendered with `to_yaml`) is written as `yamltrace.yaml`; without it, the spec attached by
     `from_pretrained`, if any. A model with neither is saved without a spec file.
 
     Args:

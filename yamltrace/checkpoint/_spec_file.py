@@ -20,6 +20,7 @@ from torch import nn
 
 from .._folder import bare_name
 from ..engine import attached_spec
+from .. import specs
 from ..spec import PatchEntry, Spec, load_spec, validate_spec
 
 __all__ = ["SPEC_FILE", "SpecSource", "checkpoint_spec", "overlay_spec", "spec_text", "tensor_files", "write_spec"]
@@ -92,6 +93,8 @@ def spec_text(model: nn.Module, spec: SpecSource | None, *, trust_imports: bool 
         attached = attached_spec(model)
         return (None, None) if attached is None else (attached.to_yaml().encode("utf-8"), attached)
     resolved = load_spec(spec, trust_imports=trust_imports, for_model=model)
+    if isinstance(spec, str) and spec.startswith(specs.PREFIX):  # a shipped spec: its file's text
+        return specs.path(spec).read_bytes(), resolved
     if isinstance(spec, (Spec, Mapping)):
         return resolved.to_yaml().encode("utf-8"), resolved
     document = validate_spec(spec)

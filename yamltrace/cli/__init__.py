@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 
 from .. import __version__
+from .._lazy import missing_extra_message
 from ._check import add_check
 from ._common import EXIT_BROKEN_PIPE, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from ._extract import add_extract
@@ -54,15 +55,50 @@ def _stdout_closed() -> int:
     return EXIT_BROKEN_PIPE
 
 
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; a command that needs torch in the core install prints the extra to install."""
+    try:
+        status: int = args.run(args)
+    except ImportError as e:
+        message = missing_extra_message(e, "this command")
+        if message is None:
+            raise
+        print(f"yamltrace {args.command}: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    return status
+
+
+def _working_directory_first() -> Callable[[], None]:
+    """Put the working directory first on `sys.path`, as `python -m yamltrace` has it, so that `--model` and a
+    spec's `model:` find the project's own modules; returns what takes it off again."""
+    cwd = os.getcwd()
+    if "" in sys.path or cwd in sys.path:
+        return lambda: None
+    sys.path.insert(0, cwd)
+    return lambda: sys.path.remove(cwd) if cwd in sys.path else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line on `argv` (default: `sys.argv[1:]`); returns the exit status."""
+    """Run the command line on `argv` (default: `sys.argv[1:]`); returns the exit status.
+
+    Modules named on the command line or by a spec are imported as `python -m` imports them: the working
+    directory comes first on `sys.path` while the command runs.
+    """
+    restore = _working_directory_first()
+    try:
+        return _main(argv)
+    finally:
+        restore()
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         try:
             args = _build_parser().parse_args(argv)
         except SystemExit as e:  # argparse exits after printing usage, --help, --version or an error
             status = e.code if isinstance(e.code, int) else EXIT_USAGE
         else:
-            status = args.run(args)
+            status = _run(args)
         sys.stdout.flush()
     except BrokenPipeError:
         return _stdout_closed()

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError, SpecIssue, format_json_path
+from ..errors import SpecError, SpecIssue
 from ._check_model import ModelSource, Models, source_from_arguments
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, _Usage
 from ._files import Target, add_exclude, collect
@@ -84,18 +84,44 @@ def _recorders(spec: Any, model: Any, found: _Findings) -> None:
             found.issues.append(dataclasses.replace(where, message=took.error))
 
 
-def _patches(spec: Any, model: Any, found: _Findings) -> None:
+def _patches(spec: Any, model: Any, document: Any, found: _Findings) -> None:
     from .._trace_checks import patch_targets
 
-    for entry, replaced in patch_targets(model, spec):
+    for entry, replaced in patch_targets(model, spec.patches):
         line = f"patch '{entry.pattern}' -> {entry.replace_with}: "  # escaped once, when the note is printed
         if replaced:
             found.notes.append(line + f"replaces {', '.join(replaced)}")
             continue
-        classes = ", ".join(sorted({type(m).__name__ for m in model.modules()}))
-        found.notes.append(line + f"MATCHES NOTHING; the model's classes: {classes}")
-        message = f"the patch matches no module of {type(model).__name__}; fix the class name or pattern (the model's classes: {classes})"
-        found.issues.append(SpecIssue(message, format_json_path(("patches", entry.pattern)), spec.source))
+        found.notes.append(line + f"MATCHES NOTHING; the model's classes: {_classes(model)}")
+        found.issues.append(_matches_nothing(document, entry.pattern, model))
+
+
+def _classes(model: Any) -> str:
+    return ", ".join(sorted({type(m).__name__ for m in model.modules()}))
+
+
+def _matches_nothing(document: Any, pattern: str, model: Any) -> SpecIssue:
+    """The problem of a patch key that selects no module of `model`, located at the key."""
+    message = (
+        f"the patch matches no module of {type(model).__name__}; fix the class name or pattern "
+        f"(the model's classes: {_classes(model)})"
+    )
+    return document.issue(("patches", pattern), message, at_key=True)  # type: ignore[no-any-return]
+
+
+def _unmatched_patches(document: Any, model: Any) -> list[SpecIssue]:
+    """The patch keys that select no module of `model`, read from the document: found also when the spec
+    does not resolve (a replacement class that cannot be found hides no key that matches nothing)."""
+    from torch import nn
+
+    from .._trace_checks import patch_targets
+    from ..spec import PatchEntry
+
+    entries = []
+    for pattern, value in document.data.get("patches", {}).items():
+        device = value.get("device") if isinstance(value, dict) else None
+        entries.append(PatchEntry(pattern, nn.Module, "", device))
+    return [_matches_nothing(document, e.pattern, model) for e, replaced in patch_targets(model, entries) if not replaced]
 
 
 def _interventions(spec: Any, model: Any, found: _Findings) -> None:
@@ -111,53 +137,103 @@ def _interventions(spec: Any, model: Any, found: _Findings) -> None:
     found.notes.extend(out.getvalue().splitlines())
 
 
-def _named_model(path: str, trust: bool) -> ModelSource | SpecIssue:
-    """The class a spec's `model:` key names (resolved as its other classes are), or why there is none."""
+def _named_model(document: Any, trust: bool) -> ModelSource | SpecIssue:
+    """The class a spec's `model:` key names, or why there is none.
+
+    Naming the model in a spec that `check` is given is consent to import that class's module, as
+    `--model` on the command line is (docs/security.md): a `module:Class` (or `module.Class`) path imports
+    its module; a bare name is looked up in the spec's `imports` that may be imported, then among the
+    classes transformers exports (as a checkpoint's `architectures` is). Once the class is known, the
+    spec's other imports under its top-level package are allowed, as for `load_spec(for_model=...)`.
+    """
     from torch import nn
 
-    from ..spec import ImportPolicy, default_registry, validate_spec
+    from ..spec import ImportPolicy, default_registry
     from ..spec._registry import import_module
 
-    document = validate_spec(Path(path))
     reference = document.data.get("model")
     if reference is None:
         message = (
             "no model to check this spec on: give --model pkg.mod:Class or --checkpoint DIR, or write the spec's `model:` key"
         )
-        return SpecIssue(message, "$", path)
-    policy = ImportPolicy.for_model(None, trust=trust)
+        return SpecIssue(message, "$", document.file)
+    module = reference.partition(":")[0] if ":" in reference else reference.rpartition(".")[0]
     try:
-        imports = document.data.get("imports", [])
-        for module in imports:
-            import_module(module, policy)
-        return ModelSource(default_registry.resolve(reference, imports=imports, policy=policy, subclass_of=nn.Module), None)
+        if module:
+            import_module(module, ImportPolicy(trust=True))  # consent: the spec names the model's own module
+        policy = ImportPolicy.for_model(None, trust=trust)
+        imports = [name for name in document.data.get("imports", []) if policy.allows(name)]
+        try:
+            return ModelSource(default_registry.resolve(reference, imports=imports, policy=policy, subclass_of=nn.Module))
+        except SpecError:
+            exported = None if module else _transformers_class(reference)
+            if exported is None:
+                raise
+            return ModelSource(exported)
     except SpecError as e:
-        return document.issue(("model",), e.issues[0].message)
+        hint = "" if module else "; or write the model as `package.module:Class`, which is consent to import its module"
+        return document.issue(("model",), e.issues[0].message + hint)  # type: ignore[no-any-return]
+
+
+def _transformers_class(name: str) -> type | None:
+    """A model class transformers exports under `name` (importing its module), or None."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    from torch import nn
+
+    cls = getattr(transformers, name, None) if name.isidentifier() else None
+    return cls if isinstance(cls, type) and issubclass(cls, nn.Module) else None
+
+
+def _build(named: ModelSource, spec: Any, source: ModelSource | None, document: Any, models: Models) -> Any:
+    """The model to check on; a model the spec's `model:` key names that cannot be built is that spec's
+    problem, located at the key (one the command line names is a usage error)."""
+    try:
+        return models.get(named, spec)
+    except _Usage as e:
+        if source is not None:
+            raise
+        return document.issue(("model",), str(e))
 
 
 def _check(target: Target, source: ModelSource | None, models: Models, trust: bool) -> FileResult:
-    from ..spec import load_spec
+    from ..spec import load_spec, validate_spec
 
     if target.problem is not None:
         return FileResult(target.path, "unreadable", (target.problem,))
     try:
-        named = source or _named_model(target.path, trust)
-        if isinstance(named, SpecIssue):
-            return FileResult(target.path, "invalid", (named,))
-        spec = load_spec(Path(target.path), trust_imports=trust, for_model=named.cls)
+        document = validate_spec(Path(target.path))
     except SpecError as e:
         return FileResult(target.path, "invalid", e.issues)
-    model = models.get(named, spec)
+    named = source or _named_model(document, trust)
+    if isinstance(named, SpecIssue):
+        return FileResult(target.path, "invalid", (named,))
+    model = None if named.model_class() is not None else _build(named, None, source, document, models)
+    if isinstance(model, SpecIssue):
+        return FileResult(target.path, "invalid", (model,))
+    try:
+        spec = load_spec(Path(target.path), trust_imports=trust, for_model=named.model_class() or model)
+    except SpecError as e:
+        if model is None:
+            model = _build(named, None, source, document, models)
+        unmatched = _unmatched_patches(document, model) if not isinstance(model, SpecIssue) else []
+        return FileResult(target.path, "invalid", (*e.issues, *unmatched))
+    if model is None:
+        model = _build(named, spec, source, document, models)
+    if isinstance(model, SpecIssue):
+        return FileResult(target.path, "invalid", (model,))
     found = _Findings(f"{target.path} on {type(model).__name__} (built on the meta device):")
     _recorders(spec, model, found)
-    _patches(spec, model, found)
+    _patches(spec, model, document, found)
     _interventions(spec, model, found)
     return found.result(target.path)
 
 
 def _run_check(args: argparse.Namespace) -> int:
     try:
-        source = source_from_arguments(args.model, args.config, args.checkpoint)
+        source = source_from_arguments(args.model, args.config, args.checkpoint, args.model_kwargs)
         models = Models()
         found = collect(args.specs, exclude=args.exclude)
         results = [_check(target, source, models, args.trust_imports) for target in found.targets]
@@ -181,9 +257,23 @@ def add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     parser.add_argument("specs", nargs="+", metavar="PATH", help="spec files (YAML) or directories of them")
     parser.add_argument(
-        "--model", metavar="PKG.MOD:CLASS", help="the model class (its module is imported); default: each spec's model key"
+        "--model",
+        metavar="PKG.MOD:NAME",
+        help="the model class, or a function that returns the model (its module is imported, the working directory "
+        "first, as python -m finds it); default: each spec's model key",
     )
-    parser.add_argument("--config", metavar="FILE", help="the config JSON to build the model with (default: its default config)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a config JSON: the config of a class with a config_class (default: its default config), else the "
+        "keyword arguments to call --model with",
+    )
+    parser.add_argument(
+        "--model-kwargs",
+        metavar="JSON",
+        help="keyword arguments to call --model with, a JSON object (a factory, or a class without a config_class); "
+        "default: none",
+    )
     parser.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory: its config.json (and architecture)")
     add_exclude(parser)
     parser.add_argument("--format", choices=sorted(REPORTERS), default="text", help="output format (default: text)")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import YamltraceError
-from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, _Usage, import_class, model_config, positive_int
+from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, _Usage, checkpoint_class, import_class, model_config, positive_int
 from ._report import escape_text, escaped_issue
 
 __all__ = ["add_extract"]
@@ -45,10 +45,12 @@ def _load_model(args: argparse.Namespace) -> Any:
         cls: Any  # a model class, or transformers' AutoModel (not a module class, but from_pretrained takes it)
         if args.model is not None:
             cls = import_class(args.model)
-        else:
-            from transformers import AutoModel
+        else:  # the class config.json's `architectures` names, as `check --checkpoint` builds
+            cls = checkpoint_class(Path(args.checkpoint))
+            if cls is None:
+                from transformers import AutoModel
 
-            cls = AutoModel
+                cls = AutoModel
         extra: dict[str, Any] = {} if is_yamltrace_model(cls) else {"local_files_only": True}
         model = from_pretrained(cls, args.checkpoint, trust_imports=args.trust_imports, **extra)
     else:

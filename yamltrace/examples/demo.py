@@ -6,6 +6,8 @@ Run with `python -m yamltrace.examples.demo` (the README's first command). Exits
 from __future__ import annotations
 
 import tempfile
+import textwrap
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -88,13 +90,21 @@ def main() -> int:
         print(capture_table(shipped))
 
         swapped = from_pretrained(TinyModel, checkpoint, overrides=KERNEL_OVERRIDE).eval()
-        with torch.no_grad(), trace(swapped) as fused:
-            swapped(input_ids)
+        with warnings.catch_warnings(record=True) as warned:  # shown in its place below, not amid the output
+            warnings.simplefilter("always")
+            with torch.no_grad(), trace(swapped) as fused:
+                swapped(input_ids)
         print("\n3. the same checkpoint with one line of YAML as an override:")
         print("     " + KERNEL_OVERRIDE.splitlines()[-1].strip())
         print(f"   attention class: {type(swapped.layers[0].self_attn).__name__}")
         print(capture_table(fused))
-        print("   (scaled_dot_product_attention returns no weights, so attentions is empty)")
+        print("   (scaled_dot_product_attention returns no weights, so attentions is empty; trace says so:)")
+        for warning in warned:
+            print(
+                textwrap.fill(
+                    f"{warning.category.__name__}: {warning.message}", width=100, initial_indent="   ", subsequent_indent="     "
+                )
+            )
 
     difference = max(_max_difference(shipped[key], fused[key]) for key in ("hidden_states", "mlp_outputs"))
     agree = difference <= 1e-5

@@ -21,7 +21,7 @@ import os
 import re
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ __all__ = [
     "split_tensor_name",
     "TEXTS_FIELD",
     "fingerprint",
+    "run_parts",
+    "run_differences",
     "read_shards",
     "build_index",
     "write_json_atomically",
@@ -59,6 +61,7 @@ FORMAT_VERSION = 1
 _SHARD = re.compile(r"shard-r(\d{3,})-(\d{5,})\.safetensors")
 TEMPORARY_SUFFIX = ".tmp"
 RUN_FIELD, BATCHES_FIELD, KEYS_FIELD = "yamltrace.run", "yamltrace.batches", "yamltrace.keys"
+PARTS_FIELD = "yamltrace.run_parts"  # {part of the run: short hash}: what tells another run's shard apart
 TEXTS_FIELD = "yamltrace.texts"  # {column: [one string per row]} of a shard's text columns, as JSON
 
 
@@ -118,6 +121,52 @@ def fingerprint(run: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# How a message names a part of a run (`run_parts`); a part not listed is named by its key.
+_PART_NAMES = {
+    "spec": "spec",
+    "outputs": "outputs (--outputs)",
+    "model.class": "model class",
+    "model.config_sha256": "model config",
+    "model.weights_sha256": "model weights",
+    "inputs": "stored model inputs",
+    "data": "data",
+    "data.data": "data file",
+    "data.bytes": "data file's content",
+    "data.sha256": "data file's content",
+    "data.tokenizer": "tokenizer",
+    "data.tokenizer_sha256": "tokenizer",
+    "data.max_length": "max length (--max-length)",
+    "data.batch_size": "batch size (--batch-size)",
+    "data.seed": "seed (--seed)",
+    "world_size": "number of processes",
+    "shard_bytes": "shard size (--shard-mb)",
+    "columns": "columns (--columns)",
+    "edit_values_sha256": "intervention values (--values)",
+}
+
+
+def run_parts(run: Mapping[str, Any]) -> dict[str, str]:
+    """A short hash of each part of a run: each field, and each field of its `model` and `data` descriptions."""
+    parts = {}
+    for key, value in run.items():
+        split = key in ("model", "data") and isinstance(value, Mapping)
+        for name, part in value.items() if split else [(None, value)]:
+            text = json.dumps(part, sort_keys=True, default=str).encode()
+            parts[key if name is None else f"{key}.{name}"] = hashlib.sha256(text).hexdigest()[:16]
+    return parts
+
+
+def run_differences(parts: Mapping[str, str], found: Mapping[str, str]) -> str:
+    """`its spec, seed (--seed) differ from this run's` (one part: `differs`) for the parts that differ, or "" when `found` is empty
+    (shards written before parts were recorded) or nothing differs."""
+    if not found:
+        return ""
+    names = dict.fromkeys(_PART_NAMES.get(k, k) for k in sorted(set(parts) | set(found)) if parts.get(k) != found.get(k))
+    if not names:
+        return ""
+    return f"its {', '.join(names)} {'differs' if len(names) == 1 else 'differ'} from this run's"
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     """One finished shard, as its header says: its run, its batches `(batch index, rows)`, its tensors."""
@@ -128,6 +177,7 @@ class ShardInfo:
     run: str
     batches: tuple[tuple[int, int], ...]
     tensors: Mapping[str, tuple[tuple[int, ...], str]]  # name -> (shape, safetensors dtype), in stored order
+    parts: Mapping[str, str] = field(default_factory=dict)  # the run's parts (`run_parts`), when recorded
 
     @property
     def rows(self) -> int:
@@ -148,9 +198,12 @@ def _read_shard(path: Path, rank: int, seq: int) -> ShardInfo:
                 tensors[name] = (tuple(piece.get_shape()), piece.get_dtype())
         batches = tuple((int(b), int(r)) for b, r in json.loads(metadata[BATCHES_FIELD]))
         run = metadata[RUN_FIELD]
+        parts = json.loads(metadata.get(PARTS_FIELD, "{}"))
+        if not isinstance(parts, dict):
+            raise ValueError(f"{PARTS_FIELD} is not an object")
     except (OSError, KeyError, ValueError, TypeError, RecursionError, SafetensorError) as e:
         raise ExtractError(f"{path}: not a yamltrace activation shard ({type(e).__name__}: {e}).") from e
-    return ShardInfo(path, rank, seq, run, batches, tensors)
+    return ShardInfo(path, rank, seq, run, batches, tensors, {str(k): str(v) for k, v in parts.items()})
 
 
 def read_shards(directory: Path, *, rank: int | None = None) -> list[ShardInfo]:

@@ -28,6 +28,7 @@ class Progress:
         self.terminal = bool(getattr(self.stream, "isatty", lambda: False)())
         self.interval = 1.0 / redraw if self.terminal else every
         self.batches = self.rows = 0
+        self.earlier = 0  # batches an earlier run finished (resume)
         self.start = self.last = time.monotonic()
 
     def update(self, batches: int, rows: int) -> None:
@@ -40,12 +41,16 @@ class Progress:
 
     def skipped(self, batches: int) -> None:
         """Batches already done by an earlier run (resume): counted towards the total, not the rate."""
+        self.earlier = batches
         if self.total is not None:
             self.total -= batches
-        if batches:
+        if batches and self.total != 0:
             print(f"extract: resuming; {batches} batch(es) already in finished shards", file=self.stream, flush=True)
 
     def finish(self) -> None:
+        if self.earlier and not self.batches:  # a rerun of a finished extraction: nothing ran, say so
+            print(f"extract: already finished: all {self.earlier} batch(es) are in finished shards", file=self.stream, flush=True)
+            return
         self._show(time.monotonic(), final=True)
 
     def stop(self) -> None:

@@ -6,6 +6,7 @@ Called with the folder's lock held (`FolderLock`), so no other writer changes th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from .._folder import folder_file, read_json
@@ -16,11 +17,15 @@ from ._index import (
     TEMPORARY_SUFFIX,
     ExtractError,
     read_shards,
+    run_differences,
+    run_parts,
     shard_name,
     temporary_prefix,
 )
 
 __all__ = ["Layout", "output_folder", "previous_run"]
+
+_UNKNOWN_DIFFERENCE = "a different spec, model, data, shard size or number of processes"
 
 Layout = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape of one row, dtype code)
 
@@ -35,21 +40,25 @@ def output_folder(directory: Path) -> Path:
     return directory
 
 
-def previous_run(directory: Path, rank: int, world: int, run: str, resume: bool) -> tuple[int, int, Layout | None]:
+def previous_run(
+    directory: Path, rank: int, world: int, run: str, resume: bool, parts: Mapping[str, str] | None = None
+) -> tuple[int, int, Layout | None]:
     """(shards, batches) this rank finished in an earlier run, and their layout; removes stale temporaries.
 
     Holding the folder's lock: every file named like a shard must pass the folder rule before any is
     read (a FIFO would block), and an `index.json` must be this run's (it is never replaced otherwise).
+    `parts` (`run_parts` of this run) lets a refusal say which part of the other run differs.
     """
     _clear_temporaries(directory, rank)
     shards = read_shards(directory)
-    foreign = [s.path.name for s in shards if s.run != run]
+    foreign = [s for s in shards if s.run != run]
     if foreign:
+        names = ", ".join(s.path.name for s in foreign[:3])
+        why = run_differences(parts or {}, foreign[0].parts) or _UNKNOWN_DIFFERENCE
         raise ExtractError(
-            f"{directory} holds shards of another run ({', '.join(foreign[:3])}): a different spec, model, data, "
-            "shard size or number of processes. Use an empty directory, or remove those shards."
+            f"{directory} holds shards of another run ({names}): {why}. Use an empty directory, or remove those shards."
         )
-    index_exists = _check_index(directory, run)
+    index_exists = _check_index(directory, run, parts or {})
     mine = [s for s in shards if s.rank == rank]
     if not resume and (mine or index_exists):
         raise ExtractError(
@@ -74,18 +83,20 @@ def _clear_temporaries(directory: Path, rank: int) -> None:
                 os.remove(entry.path)  # a link is removed, never followed
 
 
-def _check_index(directory: Path, run: str) -> bool:
+def _check_index(directory: Path, run: str, parts: Mapping[str, str]) -> bool:
     """Whether `directory` holds an index; an ExtractError when it is not this run's."""
     if folder_file(directory, INDEX_FILE, what="index", missing_ok=True) is None:
         return False
     try:
-        found = read_json(directory, INDEX_FILE, max_bytes=MAX_INDEX_BYTES, what="index").get("fingerprint")
+        index = read_json(directory, INDEX_FILE, max_bytes=MAX_INDEX_BYTES, what="index")
+        found, described = index.get("fingerprint"), index.get("run")
     except (ValueError, AttributeError):  # not JSON, too deep or too big (FolderError), not an object
-        found = None
+        found = described = None
     if found != run:
+        why = run_differences(parts, run_parts(described)) if isinstance(described, dict) else ""
         raise ExtractError(
-            f"{directory / INDEX_FILE} is the index of another run (another spec, model, data, shard size or number of "
-            "processes), or not an extraction's: extract does not replace it. Use an empty output folder, or remove "
-            "that index.json if it is no longer needed."
+            f"{directory / INDEX_FILE} is the index of another run ({why or _UNKNOWN_DIFFERENCE}), or not an "
+            "extraction's: extract does not replace it. Use an empty output folder, or remove that index.json if it "
+            "is no longer needed."
         )
     return True

@@ -25,7 +25,7 @@ from ..spec import Spec, spec_from_model
 from ..tracing import stepwise, trace
 from ..errors import ExtractInterrupted
 from ._columns import add_columns, check_columns, owned_copy, split_columns
-from ._index import INDEX_FILE, ExtractError, build_index, dtype_code, fingerprint, tensor_name, write_json_atomically
+from ._index import INDEX_FILE, ExtractError, build_index, dtype_code, fingerprint, run_parts, tensor_name, write_json_atomically
 from ._lock import FolderLock
 from ._progress import Progress
 from ._reader import Activations, open_activations
@@ -330,15 +330,15 @@ def extract(
         **({"columns": list(columns)} if columns else {}),
         **({"edit_values_sha256": edits} if edits else {}),
     }
-    run_id = fingerprint(run)
+    run_id, parts = fingerprint(run), run_parts(run)
     with FolderLock(directory, rank):
-        first_seq, done, expected = previous_run(directory, rank, world, run_id, resume)
+        first_seq, done, expected = previous_run(directory, rank, world, run_id, resume, parts)
         schedule = _Schedule(batches, rank, world, done)
         reporter = Progress(schedule.total()) if progress and rank == 0 else None
         if reporter is not None:
             reporter.skipped(done)
         writer = ShardWriter(
-            directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending
+            directory, rank=rank, first_seq=first_seq, shard_bytes=shard_bytes, run=run_id, max_pending=max_pending, parts=parts
         )
         try:
             count = _run_batches(model, spec, outputs, inputs, columns, schedule, writer, expected, reporter, values)

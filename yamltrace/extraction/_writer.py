@@ -27,6 +27,7 @@ import torch
 from ._index import (
     BATCHES_FIELD,
     KEYS_FIELD,
+    PARTS_FIELD,
     RUN_FIELD,
     TEXTS_FIELD,
     ExtractError,
@@ -133,14 +134,25 @@ class _Abandoned(Exception):
 class ShardWriter:
     """Write `(batch index, rows, {name: tensor})` items into shards of about `shard_bytes` each.
 
-    Shards are named for `rank`, numbered from `first_seq`; each records `run` (the run's fingerprint)
-    and its batches in its safetensors metadata. `close()` writes the last, partial shard; `abort()`
+    Shards are named for `rank`, numbered from `first_seq`; each records `run` (the run's fingerprint),
+    `parts` (what a later run compares to say which part of it differs: `run_parts`) and its batches in its safetensors metadata. `close()` writes the last, partial shard; `abort()`
     drops what is not written yet, so a failed run leaves exactly the shards a resume will keep.
     `batches` counts the batches in the shards written so far.
     """
 
-    def __init__(self, directory: Path, *, rank: int, first_seq: int, shard_bytes: int, run: str, max_pending: int = 1) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        rank: int,
+        first_seq: int,
+        shard_bytes: int,
+        run: str,
+        max_pending: int = 1,
+        parts: Mapping[str, str] | None = None,
+    ) -> None:
         self.directory = directory
+        self.parts = json.dumps(dict(parts)) if parts else None
         self.rank = rank
         self.seq = first_seq
         self.shard_bytes = shard_bytes
@@ -227,6 +239,8 @@ class ShardWriter:
             BATCHES_FIELD: json.dumps([[batch, rows] for batch, rows, _ in items]),
             KEYS_FIELD: json.dumps(list(shard.columns)),  # safetensors lists names sorted; this keeps capture order
         }
+        if self.parts is not None:
+            metadata[PARTS_FIELD] = self.parts
         if items[0][2]:
             metadata[TEXTS_FIELD] = json.dumps({name: [t for item in items for t in item[2][name]] for name in items[0][2]})
         final = self.directory / shard_name(self.rank, self.seq)

@@ -37,6 +37,7 @@ def _sharded(tiny: TinyModel, ckpt: Path, shard: str = "model-00001-of-00001.saf
     (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: shard for n in tiny.state_dict()}}))
 
 
+@pytest.mark.slow  # a FIFO
 def test_a_shard_index_naming_a_fifo_fails_instead_of_hanging(tiny: TinyModel, ckpt: Path) -> None:
     _sharded(tiny, ckpt)
     os.mkfifo(ckpt / "model-00001-of-00001.safetensors")
@@ -46,6 +47,7 @@ def test_a_shard_index_naming_a_fifo_fails_instead_of_hanging(tiny: TinyModel, c
     )
 
 
+@pytest.mark.slow  # a FIFO
 def test_a_weights_file_that_is_a_fifo_is_refused_not_skipped(ckpt: Path) -> None:
     (ckpt / "model.safetensors").unlink()
     os.mkfifo(ckpt / "model.safetensors")
@@ -92,6 +94,7 @@ def test_a_spec_that_links_out_of_the_folder_is_refused_unread(ckpt: Path, tmp_p
     assert "aws_secret_access_key" not in str(caught.value) and "db_password" not in str(caught.value)
 
 
+@pytest.mark.slow  # a FIFO
 @pytest.mark.parametrize("kind", ["fifo", "folder", "/dev/zero"])
 def test_a_spec_that_is_not_a_regular_file_is_an_error_not_a_load_without_it(ckpt: Path, kind: str) -> None:
     (ckpt / SPEC_FILE).unlink()

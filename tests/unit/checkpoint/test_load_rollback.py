@@ -15,6 +15,7 @@ from yamltrace.errors import PatchError, SpecError
 from yamltrace.examples.tiny import TinyModel
 
 
+@pytest.mark.slow  # compiles
 def test_torch_compile_still_works_after_a_failed_load_that_imported_dynamo(tmp_path: Path, tiny: TinyModel) -> None:
     # A fresh process: torch._dynamo must be first imported by the spec, as in a user's session.
     save_pretrained(tiny, tmp_path)

@@ -163,6 +163,7 @@ def test_structure_changes_between_capturing_forwards_are_followed(model, x, cha
     assert hook_count(model) == 0
 
 
+@pytest.mark.slow  # compiles
 def test_copies_state_dict_and_compile_are_unaffected(model, x) -> None:
     reference = model(x, **FLAGS)
     state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -203,6 +204,7 @@ def test_collected_model_takes_its_hooks_along(x) -> None:
     assert not layer._forward_hooks
 
 
+@pytest.mark.slow  # a child process under a timeout
 def test_a_collection_during_hook_installation_does_not_deadlock(tmp_path) -> None:
     """The garbage collector may run a collected model's finalizer while this thread installs hooks
     (holding the interception lock): the finalizer must not take that lock."""

@@ -160,23 +160,33 @@ def test_deeply_nested_json_is_reported_as_a_bad_row(inputs, capsys) -> None:
     ]
 
 
-def resume_refused(inputs, capsys, argv: list[str]) -> str:
+def resume_refused(inputs, capsys, argv: list[str], differs: str) -> None:
+    """The run is refused in one line that names what differs from the run that wrote the folder."""
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "holds shards of another run" in err
-    return err
+    assert f": its {differs} differs from this run's. Use an empty directory" in err, err
 
 
 def test_resume_is_refused_after_a_seed_a_data_or_a_tokenizer_change(inputs, tmp_path: Path, capsys) -> None:
     assert main(command(inputs, "--quiet")) == 0
-    resume_refused(inputs, capsys, command(inputs, "--quiet", "--seed", "1"))
+    resume_refused(inputs, capsys, command(inputs, "--quiet", "--seed", "1"), "seed (--seed)")
     original = inputs["data"].read_bytes()
     inputs["data"].write_bytes(original.replace(b"the cat", b"the rat"))  # the same size, other rows
     assert len(inputs["data"].read_bytes()) == len(original)
-    resume_refused(inputs, capsys, command(inputs, "--quiet"))
+    resume_refused(inputs, capsys, command(inputs, "--quiet"), "data file's content")
     inputs["data"].write_bytes(original)
     tiny_tokenizer(inputs["tokenizer"], [*TEXTS, "zebra zebra"])  # one more word: another vocabulary
-    resume_refused(inputs, capsys, command(inputs, "--quiet"))
+    resume_refused(inputs, capsys, command(inputs, "--quiet"), "tokenizer")
+
+
+def test_a_finished_rerun_says_it_is_finished_not_0_of_0(inputs, capsys) -> None:
+    assert main(command(inputs)) == 0
+    capsys.readouterr()
+    assert main(command(inputs)) == 0
+    out, err = capsys.readouterr()
+    assert err == "extract: already finished: all 4 batch(es) are in finished shards\n"
+    assert out.startswith("wrote 14 rows of")
 
 
 def test_an_output_path_that_is_a_file_is_one_line(inputs, capsys) -> None:

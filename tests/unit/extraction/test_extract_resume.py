@@ -81,7 +81,11 @@ def test_a_directory_of_another_run_is_an_error_before_anything_runs(model, batc
     extract(model, TINY, batches[:2], tmp_path, progress=False)
     reference = files(tmp_path)
     source = Recorded(batches[:2])
-    with pytest.raises(ExtractError, match="holds shards of another run.*a different spec, model, data, shard size"):
+    with pytest.raises(
+        ExtractError,
+        match=r"holds shards of another run \(shard-r000-00000.safetensors\): its outputs "
+        r"\(--outputs\) differs from this run's. Use an empty directory, or remove those shards.$",
+    ):
         extract(model, TINY, source, tmp_path, outputs=["attentions"], progress=False)
     assert source.built == [] and files(tmp_path) == reference
 

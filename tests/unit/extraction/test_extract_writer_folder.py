@@ -55,6 +55,7 @@ except Exception as e:
 """
 
 
+@pytest.mark.slow  # a FIFO
 @pytest.mark.parametrize("kind", ["link", "fifo"])
 def test_a_planted_lock_file_is_refused_not_followed(model, batches, tmp_path: Path, kind: str) -> None:
     outside = tmp_path / "outside.txt"
@@ -70,6 +71,7 @@ def test_a_planted_lock_file_is_refused_not_followed(model, batches, tmp_path: P
     assert outside.read_text() == "precious" and not (out / "index.json").exists()
 
 
+@pytest.mark.slow  # a FIFO
 @pytest.mark.parametrize("name", ["shard-r000-00000.safetensors", "shard-r001-00000.safetensors", "shard-r000-00007.safetensors"])
 def test_a_fifo_named_like_a_shard_is_refused_at_once(tmp_path: Path, name: str) -> None:
     """In a subprocess: opening a FIFO blocks in safetensors' code, which holds the interpreter's lock."""
@@ -122,7 +124,11 @@ def test_a_foreign_index_is_never_replaced(model, batches, tmp_path: Path) -> No
     out.mkdir()
     foreign = (tmp_path / "a" / "index.json").read_bytes()
     (out / "index.json").write_bytes(foreign)
-    with pytest.raises(ExtractError, match="index.json is the index of another run .* extract does not replace it"):
+    with pytest.raises(
+        ExtractError,
+        match=r"index.json is the index of another run \(its outputs \(--outputs\) differs "
+        r"from this run's\), or not an extraction's: extract does not replace it",
+    ):
         extract(model, TINY, batches[:2], out, outputs=["attentions"], progress=False)
     assert (out / "index.json").read_bytes() == foreign and sorted(p.name for p in out.iterdir()) == ["index.json"]
 

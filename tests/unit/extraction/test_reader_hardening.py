@@ -90,6 +90,7 @@ def test_a_shard_that_links_out_of_the_folder_is_refused(acts_dir: Path, tmp_pat
         _read_everything(acts_dir)
 
 
+@pytest.mark.slow  # a FIFO
 def test_a_fifo_shard_is_refused_without_blocking(acts_dir: Path) -> None:
     name = _index(acts_dir)["shards"][0]["file"]
     (acts_dir / name).unlink()
@@ -99,6 +100,7 @@ def test_a_fifo_shard_is_refused_without_blocking(acts_dir: Path) -> None:
     )
 
 
+@pytest.mark.slow  # a FIFO
 def test_an_index_entry_naming_a_fifo_and_a_fifo_index_are_refused_without_blocking(acts_dir: Path) -> None:
     os.mkfifo(acts_dir / "pipe.safetensors")
     index = _index(acts_dir)

@@ -25,6 +25,7 @@ class B(nn.Module):
     pass
 
 
+@pytest.mark.slow  # a child process under a timeout
 def test_hostile_patterns_finish_at_once() -> None:
     # In a child process, so a backtracking engine would show as a timeout instead of hanging the suite;
     # Python's re takes minutes on each of these over a 30-character name.

@@ -72,12 +72,14 @@ print(len(captures["hidden_states"]))
 """
 
 
+@pytest.mark.slow  # a child process under a timeout
 def test_a_backtracking_patch_key_cannot_hang_trace(hostile: Path) -> None:
     done = run(hostile, "-c", TRACE.format(load="", spec=", 'spec.yaml'"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["5"]
 
 
+@pytest.mark.slow  # a child process under a timeout
 def test_a_backtracking_patch_key_in_a_checkpoint_spec_cannot_hang_trace(hostile: Path) -> None:
     load = (
         "yamltrace.save_pretrained(model, 'ckpt', spec=open('spec.yaml').read())\n"
@@ -88,6 +90,7 @@ def test_a_backtracking_patch_key_in_a_checkpoint_spec_cannot_hang_trace(hostile
     assert done.stdout.split() == ["5"]
 
 
+@pytest.mark.slow  # a child process under a timeout
 def test_a_backtracking_patch_key_cannot_hang_check(hostile: Path) -> None:
     done = run(hostile, "-m", "yamltrace", "check", "spec.yaml", "--model", "longnames:LongTinyModel")
     assert done.returncode == 1, done.stderr[-2000:]

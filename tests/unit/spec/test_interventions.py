@@ -289,6 +289,7 @@ def test_a_path_out_of_the_folder_is_refused_before_anything_is_read(folder: Pat
     assert "is not a tensor reference" in found or "not found" in found
 
 
+@pytest.mark.slow  # a FIFO
 def test_a_folder_or_fifo_named_like_a_tensor_file_is_refused(folder: Path) -> None:
     (folder / "dir.safetensors").mkdir()
     os.mkfifo(folder / "pipe.safetensors")

@@ -255,6 +255,7 @@ def test_missing_and_non_regular_files(tmp_path: Path) -> None:
     assert messages(tmp_path) == [f"{tmp_path}: $: not a regular file; a spec must be a YAML file"]
 
 
+@pytest.mark.slow  # a FIFO
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
 def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.yaml"
