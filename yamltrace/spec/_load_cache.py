@@ -2,7 +2,8 @@
 while it stays the same, not once per `trace` block.
 
 `LoadCache` keeps each `Spec` (immutable) that a load of a file returned, under the load's arguments
-(the name it was given, import consent, the model, the byte cap, the class registry and its
+(what the name resolves to at the load: the file's real path and the folder its relative names are read
+from, so a re-pointed link or a relative name after `chdir` is another load; import consent, the model, the byte cap, the class registry and its
 `version`), with what the load read (`SpecDocument.read`): for each file, the path it was named by,
 its real path and the bytes parsed. A later load with the same arguments gets the kept `Spec` only
 while every file holds the same bytes (read again each time: a file rewritten within the file

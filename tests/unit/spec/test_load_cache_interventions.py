@@ -138,3 +138,39 @@ def test_a_tensor_file_replaced_by_a_link_out_of_the_folder_is_refused_again(tmp
     tensors.symlink_to(outside / "steer.safetensors")
     with pytest.raises(SpecError, match=r"symbolic link that leaves its folder"):
         load_spec(path)
+
+
+def _two_versions(tmp_path: Path) -> tuple[Path, Path]:
+    """v1/ and v2/, each the same steer.yaml beside a steer.safetensors of another vector (1.0, then 100.0)."""
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir(), v2.mkdir()
+    steered(v1, torch.full((32,), 1.0)), steered(v2, torch.full((32,), 100.0))
+    return v1, v2
+
+
+def test_a_re_pointed_folder_link_is_another_spec(tmp_path: Path) -> None:
+    v1, v2 = _two_versions(tmp_path)
+    current = tmp_path / "current"
+    current.symlink_to(v1)
+    assert torch.equal(value(load_spec(current / "steer.yaml")), torch.full((32,), 1.0))
+    current.unlink()
+    current.symlink_to(v2)
+    assert torch.equal(value(load_spec(current / "steer.yaml")), torch.full((32,), 100.0))
+
+
+def test_a_re_pointed_file_link_is_another_spec(tmp_path: Path) -> None:
+    v1, v2 = _two_versions(tmp_path)
+    link = tmp_path / "spec.yaml"
+    link.symlink_to(v1 / "steer.yaml")
+    assert torch.equal(value(load_spec(link)), torch.full((32,), 1.0))
+    link.unlink()
+    link.symlink_to(v2 / "steer.yaml")
+    assert torch.equal(value(load_spec(link)), torch.full((32,), 100.0))
+
+
+def test_a_relative_name_after_chdir_is_another_spec(tmp_path: Path, monkeypatch) -> None:
+    v1, v2 = _two_versions(tmp_path)
+    monkeypatch.chdir(v1)
+    assert torch.equal(value(load_spec("steer.yaml")), torch.full((32,), 1.0))
+    monkeypatch.chdir(v2)
+    assert torch.equal(value(load_spec("steer.yaml")), torch.full((32,), 100.0))
