@@ -43,6 +43,7 @@ LAYERS = [
     ("yamltrace.engine.", "yamltrace.engine"),
     (
         "yamltrace.spec._spec",
+        "yamltrace.spec._tensor_file",
         "yamltrace.spec._interventions",
         "yamltrace.spec._resolve",
         "yamltrace.spec._export",
