@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._forwards import ignored_keywords_problem
+from .._forwards import forward_problem
 from ..errors import PatchError, PatchProblem
 from ..spec._patch_rule import PatchRule, device_type
 from ._handle import Replacement
@@ -91,7 +91,7 @@ def _signature_problem(original: type, replacement: type) -> str | None:
                 f"{original.__module__}.{original.__qualname__}{expected}: called as ({shown}): {error}. "
                 "Give the replacement a constructor that accepts the original's arguments."
             )
-    return ignored_keywords_problem(original, replacement)
+    return forward_problem(original, replacement)
 
 
 def _attribute_plan(modules: list[ModuleType], rule: PatchRule) -> list[tuple[ModuleType, str, type, type]]:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .._forwards import ignored_keywords_problem
+from .._forwards import forward_problem
 from ..engine import invalidate
 from ..errors import PatchError, PatchProblem, did_you_mean
 from ..spec import load_spec
@@ -72,7 +72,7 @@ def _plan_model(model: nn.Module, rule: PatchRule, missing_ok: bool) -> list[_St
                 )
             )
             continue
-        if (ignored := ignored_keywords_problem(original, replacement)) is not None:
+        if (ignored := forward_problem(original, replacement)) is not None:
             problems.append(PatchProblem(f"{holders[0][2]}: {ignored}", holders[0][2]))
             continue
         plan.append((child, holders, replacement, how))
