@@ -84,6 +84,8 @@ def _name(cls: type) -> str:
 
 def call_problem(original: type, replacement: type) -> str | None:
     """Why `replacement.forward` cannot be called every way `original.forward` can, or None."""
+    if getattr(getattr(original, "forward", None), "__name__", None) == "_forward_unimplemented":
+        return None  # no forward of its own (nn.Module's raises): nothing calls it
     expected, actual = _parameters(original), _parameters(replacement)
     if expected is None or actual is None or all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in actual):
         return None
@@ -104,6 +106,9 @@ def call_problem(original: type, replacement: type) -> str | None:
         args = list(args)
         while args and len(args) > slots and not variadic and args[-1] in differences:
             args.pop()
+        if any(p.kind is p.VAR_POSITIONAL for p in expected):  # callers may fill more positions
+            more = actual[len(args) :]
+            args += [p.name for p in more if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in kwargs]
         given = {name: name for name in kwargs if name not in differences}
         for position, p in enumerate(actual):
             taken = position < len(args) and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)

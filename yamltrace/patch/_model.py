@@ -17,6 +17,7 @@ from ..spec._patch_rule import PatchRule, device_type, model_device, record_swap
 from ._handle import PatchHandle, Replacement
 from ._recorders import patch_output_recorders
 from ._registry import MappingLike, resolve_rule
+from ._state import state_problem
 
 __all__ = ["patch_model"]
 
@@ -118,6 +119,9 @@ def _swap(child: nn.Module, holders: list[_Holder], replacement: type, how: str,
                 )
             ]
         )
+    problem = state_problem(child, new)
+    if problem is not None:
+        raise PatchError([PatchProblem(f"{holders[0][2]}: {problem}", holders[0][2])])
     new.training = child.training
     for parent, name, _ in holders:
         setattr(parent, name, new)
