@@ -135,11 +135,14 @@ def patch_model(
     *,
     missing_ok: bool = False,
     device: str | torch.device | None = None,
+    trust_imports: bool = False,
 ) -> PatchHandle:
     """Replace the submodules of a built model whose class the mapping selects; returns the undo handle.
 
     `mapping_or_spec` is a `pattern -> class` mapping, a `Spec`, a spec file path or YAML text (read
-    with `load_spec(..., for_model=model)`), or None for the process-wide registry.
+    with `load_spec(..., for_model=model, trust_imports=trust_imports)`), or None for the process-wide
+    registry. `trust_imports` lets such a spec import modules outside the model's package, torch and
+    yamltrace (as for `load_spec`).
 
     Each match is rebuilt by the replacement's `from_module(original)` classmethod (which should share
     the original's parameters and buffers), or, for a subclass that adds no state, by reassigning its
@@ -152,7 +155,7 @@ def patch_model(
     `handle.replaced` lists what was replaced; `handle.remove()` restores the originals.
     """
     if isinstance(mapping_or_spec, (str, os.PathLike)):  # a spec file or YAML text, as `trace` accepts
-        mapping_or_spec = load_spec(mapping_or_spec, for_model=model)
+        mapping_or_spec = load_spec(mapping_or_spec, for_model=model, trust_imports=trust_imports)
     device = device_type(device, model_device(model))
     rule = resolve_rule(mapping_or_spec, device)
     plan = _plan_model(model, rule, missing_ok)
