@@ -54,6 +54,7 @@ LAYERS = [
         "yamltrace._captures",
         "yamltrace._trace_checks",
         "yamltrace._spec_arg",
+        "yamltrace._run_values",
         "yamltrace.intervening",
         "yamltrace.tracing",
     ),
