@@ -64,7 +64,7 @@ def did_you_mean(word: str, choices: Iterable[str], *, n: int = 1) -> str:
     With several: `"; did you mean 'a', 'b' or 'c'?"`. The work is bounded: only the first
     `MAX_HINT_CHOICES` candidates are compared, and a word longer than `MAX_HINT_WORD` gets no hint.
     """
-    if len(word) > MAX_HINT_WORD:
+    if not isinstance(word, str) or len(word) > MAX_HINT_WORD:  # a key that is no name (values={1: t}) gets no hint
         return ""
     candidates: set[str] = set()
     for choice in choices:

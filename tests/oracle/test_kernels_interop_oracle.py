@@ -26,7 +26,7 @@ from yamltrace.kernels import (
     SdpaLlamaAttention,
     UnsupportedModuleError,
 )
-from yamltrace.patch import apply_patches, patch_model
+from yamltrace.patch import RenamedState, apply_patches, patch_model
 from yamltrace.spec import load_spec
 
 pytestmark = pytest.mark.oracle
@@ -157,7 +157,8 @@ def test_apply_patches_selects_the_entries_of_the_device(liger):
     built = {}
     for device in ("cpu", "cuda"):
         with apply_patches(spec, modules=[LlamaModel], device=device):
-            model = LlamaModel(config("llama"))
+            # Liger's SwiGLU MLP has no biases: a Llama with `mlp_bias` would be refused (its state names differ).
+            model = LlamaModel(config("llama", mlp_bias=False))
         built[device] = {type(model.layers[0].input_layernorm), type(model.layers[0].mlp), type(model.layers[0].self_attn)}
     assert built["cpu"] == {RMSNorm, GatedMLP, SdpaAttention}
     assert built["cuda"] == {liger.LigerRMSNorm, liger.LigerSwiGLUMLP, SdpaAttention}
@@ -178,3 +179,48 @@ def test_the_llama_kernels_example_swaps_all_three_and_equals_eager():
     assert_swaps_the_three_blocks_and_equals_eager(
         load_spec(ROOT / "docs" / "specs" / "llama-kernels.yaml", for_model=LlamaModel)
     )
+
+
+class FusedQwen2MLP(nn.Module):
+    """Qwen2MLP with the gate and up projections fused: other parameter names."""
+
+    def __init__(self, config, intermediate_size=None):  # type: ignore[no-untyped-def]
+        super().__init__()
+        inner = intermediate_size or config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * inner, bias=False)
+        self.down_proj = nn.Linear(inner, config.hidden_size, bias=False)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(nn.functional.silu(gate) * up)
+
+
+def test_a_replacement_named_otherwise_is_refused_before_transformers_loads_weights(qwen2_dir, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"yamltrace: 1\npatches:\n  Qwen2MLP: {__name__}:FusedQwen2MLP\n")
+    with pytest.raises(
+        PatchError,
+        match=r"modeling_qwen2\.Qwen2MLP: test_kernels_interop_oracle\.FusedQwen2MLP cannot take the state of "
+        r"transformers\.models\.qwen2\.modeling_qwen2\.Qwen2MLP by name: .* has gate_proj\.weight, up_proj\.weight, which",
+    ):
+        from_pretrained(model_class("qwen2"), qwen2_dir, spec=spec, trust_imports=True)
+
+
+class RenamedQwen2MLP(RenamedState):
+    renamed_state = {"gate_proj.weight": "w1.weight", "up_proj.weight": "w3.weight", "down_proj.weight": "w2.weight"}
+
+    def __init__(self, config, intermediate_size=None):  # type: ignore[no-untyped-def]
+        super().__init__()
+        inner = intermediate_size or config.intermediate_size
+        self.w1, self.w3 = nn.Linear(config.hidden_size, inner, bias=False), nn.Linear(config.hidden_size, inner, bias=False)
+        self.w2 = nn.Linear(inner, config.hidden_size, bias=False)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+def test_a_declared_renaming_is_refused_for_transformers_which_loads_by_name(qwen2_dir, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"yamltrace: 1\npatches:\n  Qwen2MLP: {__name__}:RenamedQwen2MLP\n")
+    with pytest.raises(PatchError, match=r"declares `renamed_state`, but transformers' from_pretrained sets weights by name"):
+        from_pretrained(model_class("qwen2"), qwen2_dir, spec=spec, trust_imports=True)

@@ -43,6 +43,7 @@ LAYERS = [
     ("yamltrace.engine.", "yamltrace.engine"),
     (
         "yamltrace.spec._spec",
+        "yamltrace.spec._tensor_file",
         "yamltrace.spec._interventions",
         "yamltrace.spec._resolve",
         "yamltrace.spec._export",
@@ -53,6 +54,7 @@ LAYERS = [
         "yamltrace._captures",
         "yamltrace._trace_checks",
         "yamltrace._spec_arg",
+        "yamltrace._run_values",
         "yamltrace.intervening",
         "yamltrace.tracing",
     ),

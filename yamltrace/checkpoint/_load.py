@@ -22,6 +22,7 @@ from ..engine._editing import edit_issue
 from ..errors import PatchError, SpecError
 from ..intervening import apply_interventions
 from ..patch import apply_patches, patch_output_recorders
+from ..patch._state import renames_not_honoured
 from ..spec import Spec
 from ..spec._patch_rule import PatchRule, record_swaps, retarget_spec
 from ._hub import HUB_OPTIONS, hub_options, hub_snapshot, hub_spec_file, is_hub_id
@@ -296,15 +297,16 @@ def from_pretrained(
     if dtype is not None:
         kwargs["dtype"] = dtype
     load: Callable[..., nn.Module] = getattr(cls, "from_pretrained")
-    model, resolved = _build_under_spec(
-        model_cls,
-        shipped,
-        lambda resolved: load(path, **with_attn_implementation(kwargs, resolved)),
-        spec=spec,
-        overrides=overrides,
-        trust_imports=trust_imports,
-        device=device,
-    )
+    with renames_not_honoured():  # transformers' loader sets weights by name, not by `_load_from_state_dict`
+        model, resolved = _build_under_spec(
+            model_cls,
+            shipped,
+            lambda resolved: load(path, **with_attn_implementation(kwargs, resolved)),
+            spec=spec,
+            overrides=overrides,
+            trust_imports=trust_imports,
+            device=device,
+        )
     if device is not None:
         model.to(device)
     return _attach(cast(M, model), resolved, device)

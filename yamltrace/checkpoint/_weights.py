@@ -20,6 +20,7 @@ from torch import nn
 
 from .._folder import bare_name, folder_file, read_json, safetensors_header
 from .._lazy import TORCH_EXTRA
+from ..patch._state import with_renamed_state
 
 __all__ = [
     "CONFIG_FILE",
@@ -115,8 +116,10 @@ def load_strict(model: nn.Module, state: Mapping[str, torch.Tensor], source: Pat
     """Load `state` into `model`; ValueError naming the missing and unexpected keys unless they match.
 
     A tied weight saved once (safetensors stores shared tensors once) is not missing: loading the
-    name that was saved fills every name of the tensor.
+    name that was saved fills every name of the tensor. Names a replacement declares renamed
+    (`yamltrace.patch.RenamedState`) are read under its names.
     """
+    state = with_renamed_state(model, state)
     expected = set(model.state_dict())
     aliases = _aliases(model)
     missing = sorted(k for k in expected - set(state) if not aliases.get(k, set()) & set(state))

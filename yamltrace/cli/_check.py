@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError, SpecIssue
+from ..errors import SpecError, SpecIssue, format_json_path
+from ._check_layers import layer_issues
 from ._check_model import ModelSource, Models, source_from_arguments
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, _Usage
 from ._files import Target, add_exclude, collect
@@ -66,6 +67,7 @@ def _recorders(spec: Any, model: Any, found: _Findings) -> None:
             for position, recorder in enumerate(recorders):
                 hooked = [scope + path if scope else path[1:] for path, m in modules if recorder.matches(m, path)]
                 rows.append((label, scope, key, position, recorder, hooked, dead_hints(recorder, modules)))
+    found.issues.extend(layer_issues(spec, model, rows))
     run = probe(model, {path for row in rows for path in row[5]})
     if run.stopped:
         found.notes.append(f"shapes: {run.stopped}")

@@ -20,7 +20,9 @@ from ._common import _Usage
 __all__ = ["read_values", "WHAT"]
 
 WHAT = "values file"
-_NUMBERED = re.compile(r"(.+)\.(0|[1-9][0-9]*)")
+# A module number: at most 9 digits (no model has a billion modules; `int()` of a longer one may exceed
+# Python's digit limit). A longer digit run is part of a plain name, which the spec then does not take.
+_NUMBERED = re.compile(r"(.+)\.(0|[1-9][0-9]{0,8})")
 
 
 def read_values(path: str | None, needed: tuple[str, ...]) -> dict[str, Any] | None:
@@ -46,7 +48,7 @@ def read_values(path: str | None, needed: tuple[str, ...]) -> dict[str, Any] | N
     if unknown:
         taken = ", ".join(needed) or "no {value: NAME}"
         raise _Usage(
-            f"--values {path}: tensor {_shown(unknown[0], tensors)!r} is not a {{value: NAME}} of the spec's interventions "
+            f"--values {path}: tensor {_shown(unknown[0], tensors)!r:.80} is not a {{value: NAME}} of the spec's interventions "
             f"(they take: {taken}); remove it from the file or name it in the spec."
         )
     return values

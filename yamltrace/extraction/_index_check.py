@@ -9,6 +9,7 @@ names the file and the entry, never a `KeyError` from deep inside a read or rows
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,26 @@ def check_index(index: Any, path: Path) -> dict[str, Any]:
         _check_key(key, entry, path)
     _entries(index.get("shards"), list, path, "$.shards")
     _check_batches(index, path)
+    _check_sizes(index, path)
     _check_columns(index, path)
     return index
+
+
+_MAX_TENSOR_BYTES = 2**63 - 1  # torch's sizes and strides are int64: a tensor of more bytes cannot exist
+
+
+def _check_sizes(index: dict[str, Any], path: Path) -> None:
+    """Every key's rows, all of them at once (what `get` of the whole key builds), fit in a tensor."""
+    rows = max(1, sum(batch[2] for batch in index["batches"]))
+    for key, entry in index["keys"].items():
+        size = rows * math.prod(entry["row_shape"]) * DTYPES[entry["dtype"]].itemsize
+        if size > _MAX_TENSOR_BYTES:
+            raise _fail(
+                path,
+                f"$.keys[{key!r:.80}].row_shape",
+                f"{rows} row(s) of shape {entry['row_shape']!r:.80} {entry['dtype']} are {size:.3g} bytes, more than a tensor "
+                "can hold (2**63 - 1)",
+            )
 
 
 def _check_columns(index: dict[str, Any], path: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._run_values import check_run_values
 from .._spec_arg import as_spec
 from ..engine import attached_spec, shared_warning, unwrap
 from ..spec import Spec, spec_from_model
@@ -310,6 +311,7 @@ def extract(
     columns = check_columns(columns, inputs)
     if spec is not None:  # a file, builtin:NAME, a spec document or a capture dict, as trace reads it
         spec = as_spec(unwrap(model), spec)
+    check_run_values(spec, values)  # keys that are names, tensors that hold data: located in the spec
     with trace(model, spec, outputs=outputs, values=values):  # an unknown key or a spec that does not apply fails here
         pass
     described: dict[str, Any] = {

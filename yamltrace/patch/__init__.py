@@ -12,9 +12,11 @@ from ._handle import PatchHandle, Replacement
 from ._model import patch_model
 from ._recorders import patch_output_recorders
 from ._registry import clear_patch_mapping, get_patch_mapping, register_patch_mapping, unregister_patch_mapping
+from ._state import RenamedState
 
 __all__ = [
     "PatchHandle",
+    "RenamedState",
     "Replacement",
     "apply_patches",
     "clear_patch_mapping",

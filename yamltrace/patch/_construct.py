@@ -17,11 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._forwards import ignored_keywords_problem
+from .._forwards import forward_problem
 from ..errors import PatchError, PatchProblem
 from ..spec._patch_rule import PatchRule, device_type
 from ._handle import Replacement
 from ._registry import MappingLike, resolve_rule
+from ._state import checked_construction
 
 __all__ = ["apply_patches"]
 
@@ -91,7 +92,7 @@ def _signature_problem(original: type, replacement: type) -> str | None:
                 f"{original.__module__}.{original.__qualname__}{expected}: called as ({shown}): {error}. "
                 "Give the replacement a constructor that accepts the original's arguments."
             )
-    return ignored_keywords_problem(original, replacement)
+    return forward_problem(original, replacement)
 
 
 def _attribute_plan(modules: list[ModuleType], rule: PatchRule) -> list[tuple[ModuleType, str, type, type]]:
@@ -130,7 +131,9 @@ def apply_patches(
 
     Only attributes that are `nn.Module` subclasses are swapped, and no module is imported. With
     `modules=`, each replacement's constructor is checked against the original's before anything
-    changes (PatchError listing every mismatch); the process-wide form swaps what transformers swaps,
+    changes (PatchError listing every mismatch), and each replacement built is checked, before any
+    weight is loaded, to hold the parameter and buffer names of the original built from the same
+    arguments (`_state`); the process-wide form swaps what transformers swaps,
     so a class whose constructor does not fit fails when it is built. Every attribute changed is
     restored when the block exits, also when the block raises and when a swap fails halfway. Yields
     the `Replacement`s made.
@@ -155,7 +158,9 @@ def apply_patches(
             for module, name, original, replacement in plan:
                 setattr(module, name, replacement)
                 done.append((module, name, original))
-            yield tuple(Replacement(f"{m.__name__}.{n}", o, r, "attribute") for m, n, o, r in plan)
+            # With `modules=`, each replacement's state names are checked as it is built (`_state`).
+            with checked_construction([] if modules is None else plan):
+                yield tuple(Replacement(f"{m.__name__}.{n}", o, r, "attribute") for m, n, o, r in plan)
         finally:
             _restore(done)
 

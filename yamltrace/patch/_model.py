@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .._forwards import ignored_keywords_problem
+from .._forwards import forward_problem
 from ..engine import invalidate
 from ..errors import PatchError, PatchProblem, did_you_mean
 from ..spec import load_spec
@@ -17,6 +17,7 @@ from ..spec._patch_rule import PatchRule, device_type, model_device, record_swap
 from ._handle import PatchHandle, Replacement
 from ._recorders import patch_output_recorders
 from ._registry import MappingLike, resolve_rule
+from ._state import state_problem
 
 __all__ = ["patch_model"]
 
@@ -72,7 +73,7 @@ def _plan_model(model: nn.Module, rule: PatchRule, missing_ok: bool) -> list[_St
                 )
             )
             continue
-        if (ignored := ignored_keywords_problem(original, replacement)) is not None:
+        if (ignored := forward_problem(original, replacement)) is not None:
             problems.append(PatchProblem(f"{holders[0][2]}: {ignored}", holders[0][2]))
             continue
         plan.append((child, holders, replacement, how))
@@ -118,6 +119,9 @@ def _swap(child: nn.Module, holders: list[_Holder], replacement: type, how: str,
                 )
             ]
         )
+    problem = state_problem(child, new)
+    if problem is not None:
+        raise PatchError([PatchProblem(f"{holders[0][2]}: {problem}", holders[0][2])])
     new.training = child.training
     for parent, name, _ in holders:
         setattr(parent, name, new)
@@ -131,11 +135,14 @@ def patch_model(
     *,
     missing_ok: bool = False,
     device: str | torch.device | None = None,
+    trust_imports: bool = False,
 ) -> PatchHandle:
     """Replace the submodules of a built model whose class the mapping selects; returns the undo handle.
 
     `mapping_or_spec` is a `pattern -> class` mapping, a `Spec`, a spec file path or YAML text (read
-    with `load_spec(..., for_model=model)`), or None for the process-wide registry.
+    with `load_spec(..., for_model=model, trust_imports=trust_imports)`), or None for the process-wide
+    registry. `trust_imports` lets such a spec import modules outside the model's package, torch and
+    yamltrace (as for `load_spec`).
 
     Each match is rebuilt by the replacement's `from_module(original)` classmethod (which should share
     the original's parameters and buffers), or, for a subclass that adds no state, by reassigning its
@@ -148,7 +155,7 @@ def patch_model(
     `handle.replaced` lists what was replaced; `handle.remove()` restores the originals.
     """
     if isinstance(mapping_or_spec, (str, os.PathLike)):  # a spec file or YAML text, as `trace` accepts
-        mapping_or_spec = load_spec(mapping_or_spec, for_model=model)
+        mapping_or_spec = load_spec(mapping_or_spec, for_model=model, trust_imports=trust_imports)
     device = device_type(device, model_device(model))
     rule = resolve_rule(mapping_or_spec, device)
     plan = _plan_model(model, rule, missing_ok)

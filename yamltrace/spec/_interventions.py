@@ -9,7 +9,6 @@ before any data is read, safetensors only (never a pickle), and the caps of `_li
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,14 +19,15 @@ from .._folder import folder_file, names_folder, safetensors_header
 from ..engine import OPERATIONS, Intervention, OutputRecorder, RuntimeValue
 from ..errors import FolderError, did_you_mean
 from ._limits import MAX_TENSOR_BYTES, MAX_TENSOR_FILE_BYTES, MAX_TENSOR_HEADER_BYTES, intervention_sites
-from ._load_cache import TensorRead, tensor_digest
 from ._reader import SpecDocument
+from ._load_cache import TensorRead
+from ._tensor_file import DTYPES, all_finite, read_tensor
 from ._walk import Site
 
 __all__ = ["TENSOR_DTYPES", "InterventionReader", "tensor_file_names"]
 
 # The safetensors dtypes a tensor value may have: floating point, as the activations it edits.
-TENSOR_DTYPES = ("F16", "BF16", "F32", "F64")
+TENSOR_DTYPES = tuple(DTYPES)
 
 Path = tuple[str | int, ...]
 
@@ -118,12 +118,26 @@ class InterventionReader:
                     f"with {file}:{name}; use smaller tensors or pass them at run time with {{value: NAME}}"
                 )
             self.tensor_bytes += end - start
-        if problem is not None:
-            self.fail(path, problem)
+        if problem is not None or not isinstance(entry, Mapping):
+            self.fail(path, problem or f"{file}:{name} has no header entry")
             return None
-        tensor = _read(checked, name, path, self.fail)
-        if tensor is not None:
-            self.reads.append(_tensor_read(checked, name, entry, tensor))
+        return self.read(checked, name, entry, path)
+
+    def read(self, checked: Any, name: str, entry: Mapping[str, Any], path: Path) -> torch.Tensor | None:
+        """Tensor `name` of a checked safetensors file (read by yamltrace, the header checked: never a
+        pickle), or None after recording why not; what was read is kept for the load cache."""
+        try:
+            tensor, read = read_tensor(checked, name, entry)
+        except (OSError, ValueError) as e:
+            self.fail(path, f"{checked}: cannot read tensor {name!r} ({e}); it is not a safetensors file yamltrace can read")
+            return None
+        if not all_finite(tensor):
+            self.fail(
+                path,
+                f"{checked}: tensor {name!r} holds values that are not finite (NaN or infinity); an edit takes finite values",
+            )
+            return None
+        self.reads.append(read)
         return tensor
 
     def header(self, folder: str, file: str) -> tuple[Any, dict[str, Any]]:
@@ -155,28 +169,6 @@ def _entry_problem(file: str, name: str, entry: Any, header: Mapping[str, Any]) 
     if not 0 <= offsets[0] <= offsets[1]:
         return f"{file}:{name} has data_offsets {offsets}; it is not a safetensors file yamltrace can read"
     return None
-
-
-def _read(checked: Any, name: str, path: Path, fail: Callable[[Path, str], None]) -> torch.Tensor | None:
-    """Tensor `name` of a checked safetensors file (safetensors only: the format holds no code)."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(checked), framework="pt") as f:
-            tensor: torch.Tensor = f.get_tensor(name)
-    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
-        fail(path, f"{checked}: cannot read tensor {name!r} ({e}); it is not a safetensors file yamltrace can read")
-        return None
-    if not bool(torch.isfinite(tensor).all()):
-        fail(path, f"{checked}: tensor {name!r} holds values that are not finite (NaN or infinity); an edit takes finite values")
-        return None
-    return tensor
-
-
-def _tensor_read(checked: Any, name: str, entry: Any, tensor: torch.Tensor) -> TensorRead:
-    """What the load cache checks again of one tensor read: its file, header entry and data digest."""
-    data = tensor.detach().contiguous().view(-1).view(torch.uint8).numpy()
-    return TensorRead(str(checked), os.path.realpath(checked), os.stat(checked).st_size, name, entry, tensor_digest(data))
 
 
 def _split(reference: str) -> tuple[str, str]:

@@ -2,16 +2,23 @@
 while it stays the same, not once per `trace` block.
 
 `LoadCache` keeps each `Spec` (immutable) that a load of a file returned, under the load's arguments
-(the name it was given, import consent, the model, the byte cap, the class registry and its
+(what the name resolves to at the load: the file's real path and the folder its relative names are read
+from, so a re-pointed link or a relative name after `chdir` is another load; import consent, the model, the byte cap, the class registry and its
 `version`), with what the load read (`SpecDocument.read`): for each file, the path it was named by,
 its real path and the bytes parsed. A later load with the same arguments gets the kept `Spec` only
 while every file holds the same bytes (read again each time: a file rewritten within the file
 system's timestamp granularity is still seen), each base file of an `extends` chain still resolves
 to the same real path, the top file's `extends` folder is the same, every class the spec names
 is still imported (the registry's own rule for its cache), and every tensor an intervention read
-from a safetensors file is still what that file holds (`TensorRead`: the same real path and size,
-the same header entry, and data bytes of the same BLAKE2b digest, read again each time, as the YAML
-is); otherwise the file is loaded again. Nothing is kept for a load that failed.
+from a safetensors file is still what that file holds (`TensorRead`); otherwise the file is loaded
+again. Nothing is kept for a load that failed.
+
+A tensor file is large (up to `MAX_TENSOR_FILE_BYTES`), so it is not read again on every hit: while
+its real path is the same and its identity (`file_identity`: device, inode, size, modification and
+change times in nanoseconds) is the one it had while it was read, it holds what was read. A rewrite
+in place that keeps the size and puts the modification time back still changes the change time,
+which no user can set. When the identity differs, the file is checked by content (the same header
+entry, data bytes of the same BLAKE2b digest); if that holds, the new identity is kept.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import Any, NamedTuple
 from .._folder import names_folder
 from ._reader import SpecDocument
 
-__all__ = ["LoadCache", "TensorRead", "spec_loads", "tensor_digest"]
+__all__ = ["LoadCache", "TensorRead", "file_identity", "spec_loads", "tensor_digest"]
 
 # The most loads kept (their keys differ by name, model class or consent); the oldest goes first.
 MAX_LOADS = 64
@@ -36,8 +43,9 @@ MAX_LOADS = 64
 
 class TensorRead(NamedTuple):
     """One tensor an intervention read: the file (the path it was read through, its real path, its
-    size), the tensor's name and header entry (dtype, shape, data_offsets), and the digest of its
-    data bytes (`tensor_digest` of what was loaded, so a file rewritten while it was read is seen)."""
+    size), the tensor's name and header entry (dtype, shape, data_offsets), the digest of its data
+    bytes (`tensor_digest` of what was loaded), and the file's identity while it was read (None when
+    it changed during the read: then the file is checked by content on every hit)."""
 
     path: str
     real: str
@@ -45,6 +53,12 @@ class TensorRead(NamedTuple):
     name: str
     entry: Any
     digest: bytes
+    identity: tuple[int, ...] | None = None
+
+
+def file_identity(info: os.stat_result) -> tuple[int, ...]:
+    """What tells a file's state without reading it: device, inode, size, mtime_ns and ctime_ns."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def tensor_digest(data: Any) -> bytes:
@@ -78,12 +92,16 @@ class LoadCache:
         kept = self._kept.get(key)
         if kept is None:
             return None
-        if _unchanged(kept):
+        now = _unchanged(kept)
+        if now is kept:
             return kept.value
         with self._lock:
             if self._kept.get(key) is kept:
-                del self._kept[key]
-        return None
+                if now is None:
+                    del self._kept[key]
+                else:  # tensor files touched but holding the same tensors: their new identities kept
+                    self._kept[key] = now
+        return None if now is None else now.value
 
     def put(
         self,
@@ -114,23 +132,30 @@ class LoadCache:
         return len(self._kept)
 
 
-def _unchanged(kept: _Kept) -> bool:
-    """Whether loading again would read the same bytes through the same paths and resolve the same classes."""
+def _unchanged(kept: _Kept) -> _Kept | None:
+    """`kept` when loading again would read the same bytes through the same paths and resolve the same
+    classes (a copy with new tensor file identities when only those changed), else None."""
     extends = len(kept.files) > 1
     for position, (named, real, content) in enumerate(kept.files):
         # The top file is read through the name it was given (as `read_spec_document` reads it); a base
         # file through its real path, which the folder and the `extends` name must still lead to.
         if (position or extends) and os.path.realpath(named) != real:
-            return False
+            return None
         if not _holds(named if position == 0 else real, content):
-            return False
+            return None
     if extends and names_folder(kept.files[0][0]) != kept.folder:
-        return False
+        return None
     modules = sys.modules
     for cls in kept.classes:
         if cls.__module__ not in modules:
-            return False
-    return all(_tensor_holds(read) for read in kept.tensors)
+            return None
+    tensors = []
+    for read in kept.tensors:
+        now = _tensor_holds(read)
+        if now is None:
+            return None
+        tensors.append(now)
+    return kept if tuple(tensors) == kept.tensors else kept._replace(tensors=tuple(tensors))
 
 
 def _holds(path: str, content: bytes) -> bool:
@@ -149,30 +174,36 @@ def _holds(path: str, content: bytes) -> bool:
         return False
 
 
-def _tensor_holds(read: TensorRead) -> bool:
-    """Whether the file of `read` still resolves to the same regular file of the same size, whose
-    header gives the tensor the same entry and whose data bytes have the same digest."""
+def _tensor_holds(read: TensorRead) -> TensorRead | None:
+    """`read` when its file still resolves to the same real path and has the identity it had when it was
+    read; otherwise, when it is a regular file of the same size whose header gives the tensor the same
+    entry and whose data bytes have the same digest, `read` with the file's new identity; else None."""
     try:
         if os.path.realpath(read.path) != read.real:
-            return False
+            return None
+        if read.identity is not None and file_identity(os.stat(read.real)) == read.identity:
+            return read
         fd = os.open(read.real, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size != read.size:
-                return False
+                return None
             length = int.from_bytes(os.pread(fd, 8, 0), "little")
             if not 0 < length <= read.size - 8:
-                return False
+                return None
             header = json.loads(os.pread(fd, length, 8))
             if not isinstance(header, dict) or header.get(read.name) != read.entry:
-                return False
+                return None
             start, end = read.entry["data_offsets"]
             data = os.pread(fd, end - start, 8 + length + start)
+            same = file_identity(info) == file_identity(os.fstat(fd))
         finally:
             os.close(fd)
-        return tensor_digest(data) == read.digest
+        if tensor_digest(data) != read.digest:
+            return None
+        return read._replace(identity=file_identity(info) if same else None)
     except (OSError, ValueError, TypeError, KeyError, RecursionError):  # json's errors are ValueErrors
-        return False
+        return None
 
 
 # The loads of `load_spec` (`_resolve`).

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from .. import specs
-from .._folder import inside_folder, names_folder
+from .._folder import inside_folder, is_inside, names_folder
 from ..errors import FolderError, SpecError, SpecIssue, YamltraceError, format_json_path
 from ._limits import MAX_EXTENDS_DEPTH, MAX_NODES, Budget
 from ._yaml import ALLOWED, DEFAULT_MAX_BYTES, MAX_DEPTH, Location, Part, Path_, read_file, read_text
@@ -190,7 +190,9 @@ def _extend(part: Part, base_dir: str, seen: frozenset[str], chain: _Chain) -> P
         except (OSError, ValueError):
             raise fail(f"{_short_repr(ref)} is not a usable path") from None
         display = ref if builtin else os.path.normpath(os.path.join(os.path.dirname(part.file), ref) if part.file else ref)
-        if not builtin and not inside_folder(real, chain.root):
+        # Named inside the folder (`..` resolved, links not): the Hub cache's `blobs/` is reached only
+        # through a link of the snapshot, never by a name such as `../../blobs/<hash>`.
+        if not builtin and not (is_inside(os.path.normpath(target), chain.root) and inside_folder(real, chain.root)):
             raise fail(
                 f"extends {_short_repr(ref)} leaves the spec's folder {chain.root} (paths and symlinks are "
                 "resolved); a base spec must lie inside it"
@@ -258,7 +260,7 @@ def read_spec_document(
         part = Part(None, ("<mapping>",), data=_plain(source, (), issues, budget))
         if issues:
             raise SpecError(issues)
-        base_dir, seen = os.getcwd(), frozenset()
+        base_dir, seen = os.path.realpath(os.getcwd()), frozenset()
     elif isinstance(source, os.PathLike) or isinstance(source, str) and names_file(source):
         display = os.fsdecode(os.fspath(source))
         part = read_file(display, display, max_bytes, (display,), budget, lenient)
@@ -267,7 +269,7 @@ def read_spec_document(
         seen = frozenset({read[0][1]})
     elif isinstance(source, (str, bytes)):
         part = read_text(source, max_bytes, None, ("<string>",), budget, lenient)
-        base_dir, seen = os.getcwd(), frozenset()
+        base_dir, seen = os.path.realpath(os.getcwd()), frozenset()
     else:
         raise SpecError.single(f"cannot read a spec from {type(source).__name__}; pass a path, YAML text, bytes or a mapping")
     part = _extend(part, base_dir, seen, _Chain(os.path.realpath(base_dir), max_bytes, budget, read, fetch))

@@ -71,7 +71,9 @@ class ImportPolicy:
         return (
             f"module {module!r} is not imported yet, and importing it would run its code: a spec may import only "
             f"modules under {', '.join(sorted(self.roots))} or modules already imported. Import it yourself, "
-            f"register the class with register_class(), or pass trust_imports=True if you trust this spec."
+            "register the class with register_class(), or, if you trust this spec, pass trust_imports=True to the "
+            "function that reads it (load_spec, patch_model, from_pretrained; trace and intervene take the Spec that "
+            "load_spec returns)."
         )
 
 

@@ -17,6 +17,7 @@ from torch import nn
 from .. import specs
 from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, default_index
 from ..engine import OutputRecorder
+from .._folder import names_folder
 from ..errors import MAX_ISSUES, SpecError, SpecIssue
 from ._interventions import InterventionReader
 from ._load_cache import TensorRead, spec_loads
@@ -242,7 +243,8 @@ def load_spec(
 
 def _load_key(source: Any, trust_imports: bool, for_model: Any, max_bytes: int, registry: ClassRegistry) -> Any:
     """What a load of a spec file (a path or `builtin:NAME`) depends on besides the files it reads
-    (`_load_cache`): the name, import consent, the model's class and base model, the byte cap and the
+    (`_load_cache`): what the name resolves to now (the file's real path and the folder its relative
+    names are read from, `names_folder`), import consent, the model's class and base model, the byte cap and the
     registry's state. None for other sources (text, bytes, a mapping), which are not kept."""
     if isinstance(source, str):
         if not (source.startswith(specs.PREFIX) or names_file(source)):
@@ -252,12 +254,14 @@ def _load_key(source: Any, trust_imports: bool, for_model: Any, max_bytes: int, 
         name = os.fsdecode(os.fspath(source))
     else:
         return None
+    # What the name leads to now: a re-pointed link or another working directory is another spec.
+    file = name if name.startswith(specs.PREFIX) else (os.path.realpath(name), names_folder(name))
     model: Any = None
     if for_model is not None:
         model_cls = for_model if isinstance(for_model, type) else type(for_model)
         base = None if isinstance(for_model, type) else _base_module(model_cls, for_model)
         model = (model_cls, None if base is None else type(base))
-    return (name, trust_imports, model, max_bytes, id(registry), registry.version)
+    return (file, trust_imports, model, max_bytes, id(registry), registry.version)
 
 
 def _classes(spec: Spec) -> list[type]:

@@ -186,14 +186,17 @@ def test_saving_with_an_explicit_spec_validates_it(tiny, tmp_path) -> None:
 
 
 class StandaloneMLP(torch.nn.Module):
-    """A replacement that does not subclass TinyMLP: only retargeted recorders can find it."""
+    """A replacement that does not subclass TinyMLP (only retargeted recorders can find it), with its
+    parameter names (a load holds a replacement to them)."""
 
     def __init__(self, config: TinyConfig) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(config.hidden_size, config.hidden_size)
+        size, inner = config.hidden_size, config.intermediate_size
+        self.gate_proj, self.up_proj = torch.nn.Linear(size, inner, bias=False), torch.nn.Linear(size, inner, bias=False)
+        self.down_proj = torch.nn.Linear(inner, size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(x)
+        return self.down_proj(torch.nn.functional.gelu(self.gate_proj(x)) * self.up_proj(x))
 
 
 def test_trace_of_a_loaded_model_follows_recorders_to_replacements(tmp_path, input_ids) -> None:

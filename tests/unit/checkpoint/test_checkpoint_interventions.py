@@ -173,3 +173,19 @@ def test_a_tensor_reference_out_of_the_folder_is_refused_before_anything_is_writ
         save_pretrained(tiny, tmp_path / "a" / "ckpt", spec=_python_spec("../out.safetensors:v"))
     assert not (tmp_path / "a" / "out.safetensors").exists()
     assert not (tmp_path / "a" / "ckpt" / "model.safetensors").exists()
+
+
+def test_a_re_pointed_checkpoint_link_loads_the_new_target(tiny, steered, input_ids, tmp_path) -> None:
+    """`latest -> v1`, loaded, then `latest -> v2` (the same files, another vector): v2's vector applies."""
+    v2 = tmp_path / "v2"
+    save_pretrained(tiny, v2)
+    save_file({"v": VECTOR * 100}, str(v2 / "steer.safetensors"))
+    (v2 / SPEC_FILE).write_text(STEERED, encoding="utf-8")
+    latest = tmp_path / "latest"
+    latest.symlink_to(steered)
+    first = from_pretrained(TinyModel, latest).eval()
+    latest.unlink()
+    latest.symlink_to(v2)
+    second = from_pretrained(TinyModel, latest).eval()
+    assert torch.equal(second.yamltrace_spec.interventions[0].value, VECTOR * 100)
+    assert not torch.equal(_last(first, input_ids), _last(second, input_ids))

@@ -271,3 +271,27 @@ def test_a_tensor_file_the_repository_lacks_is_the_loads_located_error(tmp_path:
         SpecError, match=r"yamltrace\.yaml:4:\d+: \$\.interventions\.s\.add\.tensor: .*gone\.safetensors.*not found"
     ):
         load_spec(path)
+
+
+def _hub_cache(tmp_path: Path, spec: str) -> Path:
+    """A Hub cache repository offline: `snapshots/rev/yamltrace.yaml` and `base.yaml` linking into `blobs/`,
+    where the base spec's blob is `blobs/basehash`."""
+    repo = tmp_path / "models--org--steered"
+    blobs, snapshot = repo / "blobs", repo / "snapshots" / "rev"
+    blobs.mkdir(parents=True), snapshot.mkdir(parents=True)
+    (blobs / "spechash").write_text(spec, encoding="utf-8")
+    (blobs / "basehash").write_text(HEAD + "outputs: {mlp: TinyMLP}\n", encoding="utf-8")
+    (snapshot / SPEC_FILE).symlink_to("../../blobs/spechash")
+    (snapshot / "base.yaml").symlink_to("../../blobs/basehash")
+    return snapshot / SPEC_FILE
+
+
+def test_offline_a_base_named_through_blobs_is_refused_and_one_linked_in_the_snapshot_reads(tmp_path: Path) -> None:
+    """docs/security.md: in the Hub cache, extends resolves beside the link, never in `blobs/`."""
+    spec = _hub_cache(tmp_path, HEAD + "extends: ../../blobs/basehash\n")
+    with pytest.raises(
+        SpecError, match=r"yamltrace\.yaml:3:\d+: \$\.extends: extends '\.\./\.\./blobs/basehash' leaves the spec's folder"
+    ):
+        load_spec(spec)
+    linked = _hub_cache(tmp_path / "again", HEAD + "extends: base.yaml\n")
+    assert list(load_spec(linked).outputs) == ["mlp"]

@@ -89,8 +89,12 @@ def test_numbered_tensors_are_one_per_module_in_module_order(inputs, tmp_path: P
         ({"direction": VECTOR, "extra": VECTOR}, ["values.safetensors", "tensor 'extra'", "they take: direction"]),
         ({"direction.0": VECTOR, "direction.2": VECTOR}, ["values.safetensors", "direction.1 is missing"]),
         ({"direction": VECTOR, "direction.0": VECTOR}, ["values.safetensors", "both 'direction' and direction.0"]),
+        (
+            {"direction": VECTOR, "direction." + "1" * 5000: VECTOR},
+            ["values.safetensors", "tensor 'direction.111", "they take: direction"],
+        ),
     ],
-    ids=["missing", "unknown", "gap", "both"],
+    ids=["missing", "unknown", "gap", "both", "5000 digits"],
 )
 def test_names_that_do_not_match_the_spec_are_one_line_usage_errors(inputs, tmp_path: Path, capsys, tensors, needles) -> None:
     spec = _spec(tmp_path)

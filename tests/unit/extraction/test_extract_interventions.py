@@ -98,3 +98,35 @@ def test_positions_last_steers_each_rows_last_real_token(model, batches, tmp_pat
     steps = [dict(step)["hidden_states"] for step in captures.steps]
     for layer in range(len(steps[0])):
         assert torch.equal(acts.get("hidden_states", layer), torch.cat([step[layer] for step in steps])), layer
+
+
+def test_a_meta_tensor_value_is_a_located_error_naming_the_spec_file(model, batches, tmp_path) -> None:
+    path = tmp_path / "runtime.yaml"
+    path.write_text(STEERED.replace('{tensor: "steer.safetensors:v"}', "{value: direction}"), encoding="utf-8")
+    meta = torch.zeros(32, device="meta")
+    with pytest.raises(
+        yamltrace.SpecError,
+        match=r"runtime\.yaml:5:\d+: \$\.interventions\.steer: values\['direction'\] is a tensor on the meta device, "
+        r"which holds no data",
+    ):
+        extract(model, path, batches, tmp_path / "out", progress=False, values={"direction": meta})
+    assert not (tmp_path / "out" / "index.json").exists()
+
+
+def test_a_key_that_is_not_a_name_is_a_located_error_naming_the_spec_file(model, batches, tmp_path) -> None:
+    path = tmp_path / "runtime.yaml"
+    path.write_text(STEERED.replace('{tensor: "steer.safetensors:v"}', "{value: direction}"), encoding="utf-8")
+    with pytest.raises(
+        yamltrace.SpecError, match=r"runtime\.yaml: \$\.interventions: values= has the key 1 \(int\); its keys are the NAMEs"
+    ):
+        extract(model, path, batches, tmp_path / "out", progress=False, values={1: VECTOR})
+
+
+def test_intervene_with_a_key_that_is_not_a_name_is_a_located_error(model, tmp_path) -> None:
+    path = tmp_path / "runtime.yaml"
+    path.write_text(STEERED.replace('{tensor: "steer.safetensors:v"}', "{value: direction}"), encoding="utf-8")
+    with pytest.raises(
+        yamltrace.SpecError, match=r"runtime\.yaml: \$\.interventions: values names 1, which no intervention takes"
+    ):
+        with yamltrace.intervene(model, path, values={1: VECTOR}):
+            pass

@@ -156,6 +156,10 @@ def _wrong_total(index: dict) -> None:
     index["rows"] = 13
 
 
+def _huge_row_shape(index: dict) -> None:
+    index["keys"]["hidden_states"]["row_shape"] = [2**40, 2**40]
+
+
 TAMPERED = {
     _drop_keys: r"\$\.keys: expected an object",
     _string_batch: r"\$\.batches\[0\]\[2\]: expected a non-negative integer, got '3'",
@@ -167,6 +171,8 @@ TAMPERED = {
     _short_batch: r"\$\.batches\[0\]: expected \[shard, offset, rows\]",
     _layer_as_text: r"\$\.keys\['hidden_states'\]\.layers\[0\]: expected a layer number",
     _wrong_total: r"\$\.rows: 13 rows, but the batches hold 12",
+    _huge_row_shape: r"\$\.keys\['hidden_states'\]\.row_shape: 12 row\(s\) of shape \[1099511627776, 1099511627776\] F32 "
+    r"are 5\.8e\+25 bytes, more than a tensor can hold",
 }
 
 

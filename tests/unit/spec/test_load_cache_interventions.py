@@ -138,3 +138,98 @@ def test_a_tensor_file_replaced_by_a_link_out_of_the_folder_is_refused_again(tmp
     tensors.symlink_to(outside / "steer.safetensors")
     with pytest.raises(SpecError, match=r"symbolic link that leaves its folder"):
         load_spec(path)
+
+
+def _two_versions(tmp_path: Path) -> tuple[Path, Path]:
+    """v1/ and v2/, each the same steer.yaml beside a steer.safetensors of another vector (1.0, then 100.0)."""
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir(), v2.mkdir()
+    steered(v1, torch.full((32,), 1.0)), steered(v2, torch.full((32,), 100.0))
+    return v1, v2
+
+
+def test_a_re_pointed_folder_link_is_another_spec(tmp_path: Path) -> None:
+    v1, v2 = _two_versions(tmp_path)
+    current = tmp_path / "current"
+    current.symlink_to(v1)
+    assert torch.equal(value(load_spec(current / "steer.yaml")), torch.full((32,), 1.0))
+    current.unlink()
+    current.symlink_to(v2)
+    assert torch.equal(value(load_spec(current / "steer.yaml")), torch.full((32,), 100.0))
+
+
+def test_a_re_pointed_file_link_is_another_spec(tmp_path: Path) -> None:
+    v1, v2 = _two_versions(tmp_path)
+    link = tmp_path / "spec.yaml"
+    link.symlink_to(v1 / "steer.yaml")
+    assert torch.equal(value(load_spec(link)), torch.full((32,), 1.0))
+    link.unlink()
+    link.symlink_to(v2 / "steer.yaml")
+    assert torch.equal(value(load_spec(link)), torch.full((32,), 100.0))
+
+
+def test_a_relative_name_after_chdir_is_another_spec(tmp_path: Path, monkeypatch) -> None:
+    v1, v2 = _two_versions(tmp_path)
+    monkeypatch.chdir(v1)
+    assert torch.equal(value(load_spec("steer.yaml")), torch.full((32,), 1.0))
+    monkeypatch.chdir(v2)
+    assert torch.equal(value(load_spec("steer.yaml")), torch.full((32,), 100.0))
+
+
+def test_a_kept_spec_whose_tensor_file_is_unchanged_pays_no_hash(tmp_path: Path, monkeypatch) -> None:
+    """An unchanged tensor file (same real path, device, inode, size, mtime_ns, ctime_ns) is not read
+    again; a touched one is checked by content once, then its new identity is kept."""
+    from yamltrace.spec import _load_cache
+
+    path = steered(tmp_path, torch.ones(32))
+    first = load_spec(path)
+    hashed: list[int] = []
+    digest = _load_cache.tensor_digest
+    monkeypatch.setattr(_load_cache, "tensor_digest", lambda data: hashed.append(len(data)) or digest(data))
+    for _ in range(3):
+        assert load_spec(path) is first
+    assert hashed == []
+    os.utime(tmp_path / "steer.safetensors")  # the same bytes, a new modification (and change) time
+    assert load_spec(path) is first and hashed == [32 * 4]
+    assert load_spec(path) is first and hashed == [32 * 4]
+
+
+def test_a_same_size_rewrite_with_the_time_put_back_is_seen_by_its_change_time(tmp_path: Path) -> None:
+    path = steered(tmp_path, torch.ones(32))
+    first = load_spec(path)
+    tensors = tmp_path / "steer.safetensors"
+    data = bytearray(tensors.read_bytes())
+    data[-4:] = torch.tensor([5.0]).numpy().tobytes()  # the last element, written in place
+    keep_mtime(tensors, lambda: tensors.open("r+b").write(bytes(data)))
+    second = load_spec(path)
+    assert second is not first and value(second)[-1] == 5.0 and value(second)[0] == 1.0
+
+
+PEAK = """\
+import os, resource, sys, torch
+from yamltrace.spec import load_spec
+folder = sys.argv[1]
+load_spec(os.path.join(folder, "small.yaml"))  # imports and first-use allocations
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+load_spec(os.path.join(folder, "steer.yaml"))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) * (1 if sys.platform == "darwin" else 1024))
+"""
+
+
+def test_loading_a_tensor_file_peaks_at_most_1_2_times_the_file(tmp_path: Path) -> None:
+    """A 64 MiB tensor: read into its own buffer, its values checked without a mask of its size."""
+    import subprocess
+    import sys
+
+    big = steered(tmp_path, torch.randn(16 * 2**20))
+    small = tmp_path / "small"
+    small.mkdir()
+    steered(small, torch.ones(32)).rename(tmp_path / "small.yaml")
+    (small / "steer.safetensors").rename(tmp_path / "small.safetensors")
+    (tmp_path / "small.yaml").write_text(STEER.replace("steer.safetensors", "small.safetensors"), encoding="utf-8")
+    size = (tmp_path / "steer.safetensors").stat().st_size
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path)], capture_output=True, text=True, env=env, check=True)
+    peak = int(out.stdout.split()[-1])
+    assert big.exists() and peak <= 1.2 * size, f"peak {peak / size:.2f}x the file"
