@@ -20,6 +20,7 @@ __all__ = [
     "NEWEST_SUPPORTED",
     "VERIFIED",
     "cache_named_cache",
+    "declared_cache_fields_kept",
     "parse_version",
     "transformers_version",
     "use_cache_off_needs_grad",
@@ -35,6 +36,8 @@ NEWEST_SUPPORTED: Version = VERIFIED[-1]
 CACHE_NAMED_CACHE: Version = (5, 24, 0)
 # transformers 5.24.0: gradient checkpointing forces `use_cache` off only while gradients are enabled.
 USE_CACHE_OFF_NEEDS_GRAD: Version = (5, 24, 0)
+# transformers 5.25.0: an output class that declares `past_key_values` / `cache_params` as fields keeps them.
+DECLARED_CACHE_FIELDS_KEPT: Version = (5, 25, 0)
 
 _RELEASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -88,3 +91,9 @@ def use_cache_off_needs_grad() -> bool:
     """Whether `merge_with_config_defaults` forces `use_cache` off under gradient checkpointing only while
     `torch.is_grad_enabled()` (transformers 5.24.0 on); before, also under `torch.no_grad()`."""
     return transformers_version() >= USE_CACHE_OFF_NEEDS_GRAD
+
+
+def declared_cache_fields_kept() -> bool:
+    """Whether an output class that declares `past_key_values` / `cache_params` as fields keeps its own
+    `__init__` and those keys, no rename to `cache` (transformers 5.25.0 on); before, they are renamed."""
+    return transformers_version() >= DECLARED_CACHE_FIELDS_KEPT
