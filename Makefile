@@ -9,7 +9,7 @@ LSP := .cache/lsp
 
 # The transformers versions of the test matrix, oldest first: each has constraints/transformers-<v>.txt
 # and its own .venv-<v>. Adding a release is one version here and one constraints file (CONTRIBUTING.md).
-COMPAT_VERSIONS := 5.23.0 5.24.0
+COMPAT_VERSIONS := 5.23.0 5.24.0 5.25.0
 
 .PHONY: demo test lsp bench bench-icount bench-peers fidelity compat print-compat-versions clean
 

@@ -29,7 +29,7 @@ __all__ = [
 Version = tuple[int, int, int]
 
 # The transformers releases the tests verify (pyproject's `transformers` range, patch releases included).
-VERIFIED: tuple[Version, ...] = ((5, 23, 0), (5, 24, 0))
+VERIFIED: tuple[Version, ...] = ((5, 23, 0), (5, 24, 0), (5, 25, 0))
 # The newest transformers release whose semantics yamltrace follows; also what it follows without transformers.
 NEWEST_SUPPORTED: Version = VERIFIED[-1]
 # transformers 5.24.0: outputs and forwards name the cache `cache` (`past_key_values` / `cache_params` deprecated aliases).
