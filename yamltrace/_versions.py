@@ -6,19 +6,27 @@ named predicate here, and the code that follows the rule calls it at the moment 
 rule; docs/semantics.md ("Differences between transformers versions") lists them.
 
 An installed release past the newest verified one (a newer minor or major release than the last of
-`VERIFIED`) is followed with that one's semantics, with one `UserWarning`, given when the version is
-first read (the first use that depends on it), naming the verified releases.
+`VERIFIED`) is followed with that one's semantics, with one `UnverifiedReleaseWarning` (a
+`UserWarning`), given when the version is first read (the first use that depends on it) and located
+at the first caller outside yamltrace (the user's line, also when that line is an import), naming the
+verified releases and what to do. The command line prints it as one line (`yamltrace.cli`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+import types
 import warnings
 from importlib import metadata
+
+from .errors import UnverifiedReleaseWarning
 
 __all__ = [
     "NEWEST_SUPPORTED",
     "VERIFIED",
+    "UnverifiedReleaseWarning",
     "cache_named_cache",
     "declared_cache_fields_kept",
     "parse_version",
@@ -67,8 +75,31 @@ def transformers_version() -> Version:
     return _followed
 
 
+_PACKAGE = os.path.dirname(__file__) + os.sep  # yamltrace's own files, named as frames name them (not resolved)
+
+
+def _outside_stacklevel() -> int:
+    """The `stacklevel` for `warnings.warn` in the function calling this one that points at the first frame
+    outside yamltrace. The import system's frames (between an `import` line and the module it runs) are
+    stepped over without counting, as `warnings` steps over them itself."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        while frame.f_back is not None and _importing(frame):
+            frame = frame.f_back
+        level += 1
+    return level
+
+
+def _importing(frame: types.FrameType) -> bool:
+    """Whether `frame` runs the import system (`warnings` skips such frames when it counts a stacklevel)."""
+    name = frame.f_code.co_filename
+    return "importlib" in name and "_bootstrap" in name
+
+
 def _warn_unverified(installed: Version) -> None:
-    """The one warning for a transformers release newer than every verified one."""
+    """The one warning for a transformers release newer than every verified one, at the caller's line."""
     verified = ", ".join(".".join(map(str, v)) for v in VERIFIED)
     newest = ".".join(map(str, NEWEST_SUPPORTED))
     warnings.warn(
@@ -76,8 +107,8 @@ def _warn_unverified(installed: Version) -> None:
         f"({verified}): yamltrace follows {newest}'s semantics for it (docs/semantics.md, 'Differences between "
         f"transformers versions'); check your captures against this release, or install transformers<"
         f"{NEWEST_SUPPORTED[0]}.{NEWEST_SUPPORTED[1] + 1}.",
-        UserWarning,
-        stacklevel=3,
+        UnverifiedReleaseWarning,
+        stacklevel=_outside_stacklevel(),
     )
 
 

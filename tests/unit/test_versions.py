@@ -8,7 +8,7 @@ from importlib import metadata
 
 import pytest
 
-from yamltrace import _versions
+from yamltrace import _versions, errors
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def _installed(monkeypatch, text: str) -> None:
 
 def test_a_release_newer_than_the_verified_ones_warns_once_naming_them(monkeypatch, fresh_version) -> None:
     _installed(monkeypatch, "5.26.0")
-    with pytest.warns(UserWarning) as caught:
+    with pytest.warns(errors.UnverifiedReleaseWarning) as caught:
         assert _versions.cache_named_cache()  # the first use that depends on the release
         assert _versions.use_cache_off_needs_grad() and _versions.transformers_version() == (5, 26, 0)
     assert [str(w.message) for w in caught] == [
@@ -95,6 +95,36 @@ def test_a_release_newer_than_the_verified_ones_warns_once_naming_them(monkeypat
         "yamltrace follows 5.25.0's semantics for it (docs/semantics.md, 'Differences between transformers "
         "versions'); check your captures against this release, or install transformers<5.26."
     ]
+    assert issubclass(errors.UnverifiedReleaseWarning, UserWarning)
+    assert caught[0].filename == __file__  # the caller's line, not yamltrace's
+
+
+NEWER = "import importlib.metadata as m; m.version = lambda name: '5.26.0'\n"
+
+
+def _run_newer(tmp_path, code: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "user.py"
+    script.write_text(NEWER + code, encoding="utf-8")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_the_newer_release_warning_on_import_names_the_users_import_line(tmp_path) -> None:
+    result = _run_newer(tmp_path, "import warnings\nwarnings.simplefilter('always')\nimport yamltrace.modeling\n")
+    assert result.returncode == 0, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"{tmp_path / 'user.py'}:4: UnverifiedReleaseWarning: transformers 5.26.0 is newer"), result.stderr
+
+
+def test_the_command_line_prints_the_newer_release_warning_on_one_line(tmp_path) -> None:
+    from helpers import ROOT
+
+    argv = ["check", str(ROOT / "specs" / "tiny.yaml"), "--model", "yamltrace.examples.tiny:NoSuch"]
+    result = _run_newer(tmp_path, f"import sys\nfrom yamltrace.cli import main\nsys.exit(main({argv!r}))\n")
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and len(lines) == 2, result.stderr
+    assert lines[0].startswith("yamltrace: warning: transformers 5.26.0 is newer than the releases"), result.stderr
+    assert lines[0].endswith("or install transformers<5.26."), result.stderr
+    assert lines[1] == "yamltrace check: --model 'yamltrace.examples.tiny:NoSuch': yamltrace.examples.tiny has no NoSuch."
 
 
 @pytest.mark.parametrize("text", ["5.23.0", "5.24.0", "5.24.3", "5.25.0", "5.25.1.dev0", "5.22.0"])
