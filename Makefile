@@ -9,9 +9,9 @@ LSP := .cache/lsp
 
 # The transformers versions of the test matrix, oldest first: each has constraints/transformers-<v>.txt
 # and its own .venv-<v>. Adding a release is one version here and one constraints file (CONTRIBUTING.md).
-COMPAT_VERSIONS := 5.23.0 5.24.0
+COMPAT_VERSIONS := 5.23.0 5.24.0 5.25.0
 
-.PHONY: demo test lsp bench bench-icount bench-peers fidelity compat print-compat-versions clean
+.PHONY: demo test lsp bench bench-icount bench-peers fidelity compat print-compat-versions print-compat-torch clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,12 +69,34 @@ fidelity: $(VENV)/.fidelity
 compat-%: .venv-%/.test
 	HF_HUB_OFFLINE=1 .venv-$*/bin/python -m pytest tests/oracle -q -p no:cacheprovider
 
+# The torch axis. pyproject's torch floor is the torch of every environment above (constraints/common.txt);
+# COMPAT_TORCH adds newer releases (the newest on this machine's disk), each with the default transformers
+# of constraints.txt. `make compat-torch-2.14.1` runs one: the oracle tests and the compile tests.
+COMPAT_TORCH := 2.14.1
+
+.venv-torch-%/.test: pyproject.toml constraints.txt constraints/common.txt
+	test -x .venv-torch-$*/bin/python || $(PYTHON) -m venv .venv-torch-$*
+	sed 's/^torch==.*/torch==$*/' constraints/common.txt > .venv-torch-$*/common.txt
+	sed 's|^-c constraints/common.txt$$|-c common.txt|' constraints.txt > .venv-torch-$*/constraints.txt
+	.venv-torch-$*/bin/$(PIP_INSTALL) -c .venv-torch-$*/constraints.txt -e ".[torch,test]"
+	touch $@
+
+compat-torch-%: .venv-torch-%/.test
+	HF_HUB_OFFLINE=1 .venv-torch-$*/bin/python -m pytest tests/oracle tests/integration/test_compile.py -q -p no:cacheprovider
+
+# The environments are kept between runs (make would delete them as intermediate files).
+.PRECIOUS: .venv-%/.test .venv-torch-%/.test
+
 print-compat-versions:
 	@echo $(COMPAT_VERSIONS)
 
+print-compat-torch:
+	@echo $(COMPAT_TORCH)
+
 compat:
-	@failed=""; for v in $(COMPAT_VERSIONS); do $(MAKE) --no-print-directory compat-$$v || failed="$$failed $$v"; done; \
-	if [ -n "$$failed" ]; then echo "make compat: oracle tests failed under transformers$$failed"; exit 1; fi
+	@failed=""; for v in $(COMPAT_VERSIONS); do $(MAKE) --no-print-directory compat-$$v || failed="$$failed transformers-$$v"; done; \
+	for t in $(COMPAT_TORCH); do $(MAKE) --no-print-directory compat-torch-$$t || failed="$$failed torch-$$t"; done; \
+	if [ -n "$$failed" ]; then echo "make compat: tests failed under$$failed"; exit 1; fi
 
 # The full architecture sweep under one matrix version (its section of docs/fidelity.md, or OUT=PATH).
 OUT ?= docs/fidelity.md

@@ -1,4 +1,11 @@
-"""Whether a replacement's `forward` can be called as the replaced module's is, and drops nothing it is given.
+"""What a module class's methods accept, seen through the decorators that wrap them; and which keywords a
+replacement's `forward` would silently ignore of those the replaced module's forward names.
+
+Decorators wrap a method two ways: with `functools.wraps` (`__wrapped__`, followed by `inspect.unwrap`),
+or as a bare pass-through `(self, *args, **kwargs)` that calls the one function its closure holds (the
+`kernels` library's `use_kernelized_func`, which transformers 5.25 puts on attention classes, wraps
+`__init__` so). `unwrapped` sees through both; `constructor_signature` and the forward checks below
+read signatures through it, so a wrapped class is judged by what its own code accepts.
 
 A replacement called where the original was gets the original's arguments. One the original names
 (`cache`, `past_key_values`, ...) that the replacement lacks but takes in `**kwargs` vanishes
@@ -19,14 +26,19 @@ frames deep. A deliberate difference is listed in the class attribute `forward_d
 from __future__ import annotations
 
 import inspect
+import types
+from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "FORWARD_DIFFERENCES",
     "HANDLED_KWARGS",
     "call_problem",
+    "constructor_signature",
     "forward_problem",
     "ignored_keywords",
     "ignored_keywords_problem",
+    "unwrapped",
 ]
 
 # A replacement class may list here the keywords its forward takes in **kwargs on purpose (it reads
@@ -40,13 +52,53 @@ HANDLED_KWARGS = "handled_kwargs"
 FORWARD_DIFFERENCES = "forward_differences"
 
 
+def _passed_to(function: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The one function a pass-through wrapper `(self, *args, **kwargs)` calls (from its closure), or None."""
+    if not isinstance(function, types.FunctionType) or not function.__closure__:
+        return None
+    kinds = [p.kind for p in inspect.signature(function).parameters.values()]
+    if kinds != [inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]:
+        return None
+    held = []
+    for cell in function.__closure__:
+        try:
+            held.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    called = [value for value in held if inspect.isroutine(value)]
+    return called[0] if len(called) == 1 else None
+
+
+def unwrapped(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` seen through `functools.wraps` wrappers and bare pass-through wrappers (see the module docstring)."""
+    seen: set[int] = set()
+    while id(function) not in seen:
+        seen.add(id(function))
+        function = inspect.unwrap(function)
+        inner = _passed_to(function)
+        if inner is None:
+            break
+        function = inner
+    return function
+
+
+def constructor_signature(cls: type) -> inspect.Signature:
+    """The parameters `cls(...)` accepts: `inspect.signature(cls)`, or, where `cls.__init__` is wrapped,
+    those of the `__init__` the wrappers call (without `self`). Raises what `inspect.signature` raises."""
+    init = getattr(cls, "__init__", None)
+    if init is None or (seen := unwrapped(init)) is init:
+        return inspect.signature(cls)
+    parameters = list(inspect.signature(seen).parameters.values())[1:]
+    return inspect.Signature(parameters)
+
+
 def _parameters(cls: type) -> list[inspect.Parameter] | None:
     """The parameters of `cls.forward` after `self`, seen through wrapping decorators; None if it has none readable."""
     forward = getattr(cls, "forward", None)
     if forward is None:
         return None
     try:
-        return list(inspect.signature(inspect.unwrap(forward)).parameters.values())[1:]
+        return list(inspect.signature(unwrapped(forward)).parameters.values())[1:]
     except (TypeError, ValueError):
         return None
 

@@ -32,6 +32,7 @@ __all__ = [
     "PositionError",
     "FolderError",
     "CacheNameError",
+    "UnverifiedReleaseWarning",
     "format_json_path",
     "did_you_mean",
 ]
@@ -250,3 +251,8 @@ class FolderError(YamltraceError, ValueError):
 
 class CacheNameError(YamltraceError, ValueError):
     """The cache was given under two names: `cache` and a deprecated alias (`past_key_values`, `cache_params`)."""
+
+
+class UnverifiedReleaseWarning(UserWarning):
+    """The installed transformers is newer than every release yamltrace is verified with (a warning, not
+    an error: yamltrace follows the newest verified release's semantics for it)."""

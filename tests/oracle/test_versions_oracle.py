@@ -9,8 +9,10 @@ purpose (transformers logs once through its logger, yamltrace warns), so they ar
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -65,6 +67,49 @@ def _set_attribute(name: str) -> Callable[[Any], Any]:
     return run
 
 
+@functools.cache
+def _declaring(library: Any) -> type:
+    """An output class of `library` that still declares `past_key_values` as a field, as remote code does."""
+
+    @dataclass
+    class DeclaresPastKeyValues(library.ModelOutput):
+        last_hidden_state: Any = None
+        past_key_values: Any = None
+        hidden_states: Any = None
+
+    return DeclaresPastKeyValues
+
+
+def _declaring_set(name: str, how: str) -> Callable[[Any], Any]:
+    def run(library: Any) -> Any:
+        out = _declaring(library)(last_hidden_state=1)
+        if how == "item":
+            out[name] = CACHE
+        else:
+            setattr(out, name, CACHE)
+        return list(out.keys()), out.to_tuple()
+
+    return run
+
+
+def _declaring_operations() -> dict[str, Callable[[Any], Any]]:
+    """The operations on a class that declares `past_key_values` (5.25.0 keeps its names, 5.24.0 renames them)."""
+    ops: dict[str, Callable[[Any], Any]] = {}
+    for name in NAMES:
+        ops[f"declares past_key_values: {name}="] = lambda lib, name=name: list(
+            _declaring(lib)(last_hidden_state=1, **{name: CACHE}).keys()
+        )
+        ops[f"declares past_key_values: out[{name!r}]"] = lambda lib, name=name: _declaring(lib)(1, CACHE)[name]
+        ops[f"declares past_key_values: out.{name}"] = lambda lib, name=name: getattr(_declaring(lib)(1, CACHE), name)
+        ops[f"declares past_key_values: {name!r} in out"] = lambda lib, name=name: name in _declaring(lib)(1, CACHE)
+        ops[f"declares past_key_values: out.get({name!r})"] = lambda lib, name=name: _declaring(lib)(1, CACHE).get(name, "-")
+        ops[f"declares past_key_values: out[{name!r}] = cache"] = _declaring_set(name, "item")
+        ops[f"declares past_key_values: out.{name} = cache"] = _declaring_set(name, "attribute")
+    ops["declares past_key_values: keys"] = lambda lib: list(_declaring(lib)(1, CACHE).keys())
+    ops["declares past_key_values: to_tuple"] = lambda lib: _declaring(lib)(1, CACHE).to_tuple()
+    return ops
+
+
 def _operations() -> dict[str, Callable[[Any], Any]]:
     ops: dict[str, Callable[[Any], Any]] = {
         "keys": lambda lib: list(_with_cache(lib).keys()),
@@ -82,7 +127,7 @@ def _operations() -> dict[str, Callable[[Any], Any]]:
         ops[f"out.{name} = cache"] = _set_attribute(name)
         ops[f"no cache field: out.{name}"] = lambda lib, name=name: getattr(lib.BaseModelOutput(last_hidden_state=1), name)
         ops[f"no cache field: {name!r} in out"] = lambda lib, name=name: name in lib.BaseModelOutput(last_hidden_state=1)
-    return ops
+    return ops | _declaring_operations()
 
 
 OPERATIONS = _operations()

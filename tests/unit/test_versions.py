@@ -8,7 +8,7 @@ from importlib import metadata
 
 import pytest
 
-from yamltrace import _versions
+from yamltrace import _versions, errors
 
 
 @pytest.fixture
@@ -41,8 +41,9 @@ def test_without_transformers_the_newest_supported_release_is_followed(monkeypat
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(_versions.metadata, "version", absent)
-    assert _versions.transformers_version() == _versions.NEWEST_SUPPORTED == (5, 24, 0)
+    assert _versions.transformers_version() == _versions.NEWEST_SUPPORTED == (5, 25, 0)
     assert _versions.cache_named_cache() and _versions.use_cache_off_needs_grad()
+    assert _versions.declared_cache_fields_kept()
 
 
 def test_the_installed_release_is_read_from_its_metadata_once(monkeypatch, fresh_version) -> None:
@@ -57,15 +58,17 @@ def test_the_installed_release_is_read_from_its_metadata_once(monkeypatch, fresh
     assert _versions.transformers_version() == (5, 23, 0)
     assert calls == ["transformers"]
     assert not _versions.cache_named_cache() and not _versions.use_cache_off_needs_grad()
+    assert not _versions.declared_cache_fields_kept()
 
 
-@pytest.mark.parametrize(
-    ("version", "after"), [((5, 23, 0), False), ((5, 23, 9), False), ((5, 24, 0), True), ((5, 24, 1), True), ((5, 25, 0), True)]
-)
-@pytest.mark.parametrize("predicate", ["cache_named_cache", "use_cache_off_needs_grad"])
-def test_each_rule_changes_at_its_release(monkeypatch, predicate, version, after) -> None:
+RULES = {"cache_named_cache": (5, 24, 0), "use_cache_off_needs_grad": (5, 24, 0), "declared_cache_fields_kept": (5, 25, 0)}
+
+
+@pytest.mark.parametrize("version", [(5, 23, 0), (5, 23, 9), (5, 24, 0), (5, 24, 1), (5, 25, 0), (5, 26, 0)])
+@pytest.mark.parametrize("predicate", list(RULES))
+def test_each_rule_changes_at_its_release(monkeypatch, predicate, version) -> None:
     monkeypatch.setattr(_versions, "transformers_version", lambda: version)
-    assert getattr(_versions, predicate)() is after
+    assert getattr(_versions, predicate)() is (version >= RULES[predicate])
 
 
 def test_asking_imports_neither_transformers_nor_torch() -> None:
@@ -83,18 +86,48 @@ def _installed(monkeypatch, text: str) -> None:
 
 
 def test_a_release_newer_than_the_verified_ones_warns_once_naming_them(monkeypatch, fresh_version) -> None:
-    _installed(monkeypatch, "5.25.0")
-    with pytest.warns(UserWarning) as caught:
+    _installed(monkeypatch, "5.26.0")
+    with pytest.warns(errors.UnverifiedReleaseWarning) as caught:
         assert _versions.cache_named_cache()  # the first use that depends on the release
-        assert _versions.use_cache_off_needs_grad() and _versions.transformers_version() == (5, 25, 0)
+        assert _versions.use_cache_off_needs_grad() and _versions.transformers_version() == (5, 26, 0)
     assert [str(w.message) for w in caught] == [
-        "transformers 5.25.0 is newer than the releases yamltrace is verified with (5.23.0, 5.24.0): yamltrace "
-        "follows 5.24.0's semantics for it (docs/semantics.md, 'Differences between transformers versions'); "
-        "check your captures against this release, or install transformers<5.25."
+        "transformers 5.26.0 is newer than the releases yamltrace is verified with (5.23.0, 5.24.0, 5.25.0): "
+        "yamltrace follows 5.25.0's semantics for it (docs/semantics.md, 'Differences between transformers "
+        "versions'); check your captures against this release, or install transformers<5.26."
     ]
+    assert issubclass(errors.UnverifiedReleaseWarning, UserWarning)
+    assert caught[0].filename == __file__  # the caller's line, not yamltrace's
 
 
-@pytest.mark.parametrize("text", ["5.23.0", "5.24.0", "5.24.3", "5.24.1.dev0", "5.22.0"])
+NEWER = "import importlib.metadata as m; m.version = lambda name: '5.26.0'\n"
+
+
+def _run_newer(tmp_path, code: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "user.py"
+    script.write_text(NEWER + code, encoding="utf-8")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_the_newer_release_warning_on_import_names_the_users_import_line(tmp_path) -> None:
+    result = _run_newer(tmp_path, "import warnings\nwarnings.simplefilter('always')\nimport yamltrace.modeling\n")
+    assert result.returncode == 0, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"{tmp_path / 'user.py'}:4: UnverifiedReleaseWarning: transformers 5.26.0 is newer"), result.stderr
+
+
+def test_the_command_line_prints_the_newer_release_warning_on_one_line(tmp_path) -> None:
+    from helpers import ROOT
+
+    argv = ["check", str(ROOT / "specs" / "tiny.yaml"), "--model", "yamltrace.examples.tiny:NoSuch"]
+    result = _run_newer(tmp_path, f"import sys\nfrom yamltrace.cli import main\nsys.exit(main({argv!r}))\n")
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and len(lines) == 2, result.stderr
+    assert lines[0].startswith("yamltrace: warning: transformers 5.26.0 is newer than the releases"), result.stderr
+    assert lines[0].endswith("or install transformers<5.26."), result.stderr
+    assert lines[1] == "yamltrace check: --model 'yamltrace.examples.tiny:NoSuch': yamltrace.examples.tiny has no NoSuch."
+
+
+@pytest.mark.parametrize("text", ["5.23.0", "5.24.0", "5.24.3", "5.25.0", "5.25.1.dev0", "5.22.0"])
 def test_a_verified_release_or_a_patch_of_one_does_not_warn(monkeypatch, fresh_version, text) -> None:
     import warnings
 

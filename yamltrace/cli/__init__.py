@@ -4,6 +4,9 @@ Each subcommand lives in its own module as one `add_<name>(commands)` function t
 and the function that runs it; `COMMANDS` lists them. `validate` and `schema` never import torch:
 they need only PyYAML and jsonschema, so they run in CI jobs and pre-commit hooks without it; so does
 `inspect`, which a downloaded checkpoint's spec can be read with before anything of it runs.
+
+Output is line-oriented (one issue, one error per line); the warning that the installed transformers
+is newer than the verified releases is printed as one `yamltrace: warning: ...` line too.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Callable
+from typing import TextIO
 
 from .. import __version__
 from .._lazy import missing_extra_message
+from ..errors import UnverifiedReleaseWarning
 from ._check import add_check
 from ._common import EXIT_BROKEN_PIPE, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from ._extract import add_extract
@@ -78,6 +84,25 @@ def _working_directory_first() -> Callable[[], None]:
     return lambda: sys.path.remove(cwd) if cwd in sys.path else None
 
 
+def _release_warning_on_one_line(show: Callable[..., None]) -> Callable[..., None]:
+    """`warnings.showwarning` for the command line: the newer-release warning as one line, others by `show`."""
+
+    def shown(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, UnverifiedReleaseWarning):
+            print(f"yamltrace: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return shown
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on `argv` (default: `sys.argv[1:]`); returns the exit status.
 
@@ -86,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     restore = _working_directory_first()
     try:
-        return _main(argv)
+        with warnings.catch_warnings():
+            warnings.showwarning = _release_warning_on_one_line(warnings.showwarning)
+            return _main(argv)
     finally:
         restore()
 

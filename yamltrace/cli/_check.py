@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError, SpecIssue, format_json_path
+from ..errors import SpecError, SpecIssue
 from ._check_layers import layer_issues
 from ._check_model import ModelSource, Models, source_from_arguments
 from ._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, _Usage

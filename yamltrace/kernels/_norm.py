@@ -75,14 +75,22 @@ class RMSNorm(nn.Module):
 class GemmaRMSNorm(nn.Module):
     """`(1 + weight) * x / sqrt(mean(x**2) + eps)` computed in float32 by one `F.rms_norm` call (Gemma 1/2/3).
 
-    Same constructor `(dim, eps=1e-6)` and state (`weight` initialised to zeros, `eps`) as
-    `GemmaRMSNorm`; like the original it computes in float32 and casts the result back once.
+    Same state (`weight` initialised to zeros, `eps`) as `GemmaRMSNorm`, and the constructor of every
+    supported transformers release: `(hidden_size, eps=1e-6)` (5.25 on) and `(dim, eps=1e-6)` (before;
+    `dim` by keyword). Like the original it computes in float32 and casts the result back once.
     """
 
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    def __init__(self, hidden_size: int | None = None, eps: float = 1e-6, *, dim: int | None = None) -> None:
+        size = hidden_size if dim is None else dim
+        if size is None or (hidden_size is not None and dim is not None):
+            given = "neither" if size is None else "both"
+            raise TypeError(
+                f"GemmaRMSNorm takes the size as `hidden_size` (or `dim`, its name before transformers 5.25), "
+                f"got {given}: pass one, e.g. GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)."
+            )
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.zeros(dim))
+        self.weight = nn.Parameter(torch.zeros(size))
 
     @classmethod
     def from_module(cls, original: nn.Module) -> GemmaRMSNorm:

@@ -4,7 +4,10 @@ The cache field is named as the transformers release yamltrace follows names it
 (`yamltrace._versions.cache_named_cache`): from 5.24.0 it is `cache`, and `past_key_values` /
 `cache_params` are deprecated aliases of it as constructor keywords, keys (item access and
 assignment, `in`, `get`) and attributes, each use warning with a `FutureWarning`; before 5.24.0 the
-field is `past_key_values` and the other names are plain unknown names.
+field is `past_key_values` and the other names are plain unknown names. From 5.25.0
+(`yamltrace._versions.declared_cache_fields_kept`), a subclass that still declares `past_key_values` or
+`cache_params` as a field keeps them: its `__init__` renames no keyword, and a name it declares is a
+key and attribute of its own (an alias it does not declare is still renamed to `cache`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from .._versions import cache_named_cache
+from .._versions import cache_named_cache, declared_cache_fields_kept
 from ..errors import CacheNameError
 
 __all__ = ["ModelOutput", "BaseModelOutput", "BaseModelOutputWithPast", "CacheNameError"]
@@ -34,9 +37,17 @@ def _warn_deprecated(stacklevel: int) -> None:
         warnings.warn(_DEPRECATED, FutureWarning, stacklevel=stacklevel + 1)
 
 
-def _current_name(key: Any, stacklevel: int = 3) -> Any:
-    """`cache` for a deprecated alias of it when the followed release renamed the field (with a warning); else `key`."""
-    if key in _ALIASES and cache_named_cache():
+def _renamed(cls: type, key: Any) -> bool:
+    """Whether `key` of an output of class `cls` is a deprecated alias of `cache`: an alias the followed
+    release renames, unless (5.25.0 on) `cls` declares it as a field."""
+    if key not in _ALIASES or not cache_named_cache():
+        return False
+    return not (key in getattr(cls, "__dataclass_fields__", {}) and declared_cache_fields_kept())
+
+
+def _current_name(cls: type, key: Any, stacklevel: int = 3) -> Any:
+    """`cache` for a deprecated alias of it (`_renamed`), with a warning; else `key`."""
+    if _renamed(cls, key):
         _warn_deprecated(stacklevel)
         return "cache"
     return key
@@ -55,10 +66,16 @@ def _rename_alias_keywords(kwargs: dict[str, Any]) -> None:
             return  # like transformers, one alias is renamed; a second one stays an unknown keyword
 
 
-def _renaming(init: Callable[..., None]) -> Callable[..., None]:
+def _renaming(cls: type, init: Callable[..., None]) -> Callable[..., None]:
+    declares_alias = any(alias in getattr(cls, "__dataclass_fields__", {}) for alias in _ALIASES)
+
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if ("past_key_values" in kwargs or "cache_params" in kwargs) and cache_named_cache():
+        if (
+            ("past_key_values" in kwargs or "cache_params" in kwargs)
+            and cache_named_cache()
+            and not (declares_alias and declared_cache_fields_kept())
+        ):
             _rename_alias_keywords(kwargs)
         init(self, *args, **kwargs)
 
@@ -68,13 +85,14 @@ def _renaming(init: Callable[..., None]) -> Callable[..., None]:
 class _CacheAliasesMeta(type):
     """Wraps the `__init__` that `@dataclass` sets on a `ModelOutput` subclass so it renames a deprecated cache keyword.
 
-    `@dataclass` sets `__init__` with `setattr` after the class is made, so the wrapping happens there
-    (a plain function, which `torch.compile` inlines), as transformers 5.24.0 does.
+    `@dataclass` sets `__init__` with `setattr` after the class is made (and after its fields), so the
+    wrapping happens there (a plain function, which `torch.compile` inlines), as transformers 5.24.0 does.
+    From 5.25.0 a class that declares an alias as a field renames nothing (`_renaming` asks at the call).
     """
 
     def __setattr__(cls, name: str, value: Any) -> None:
         if name == "__init__" and callable(value):
-            value = _renaming(value)
+            value = _renaming(cls, value)
         super().__setattr__(name, value)
 
 
@@ -103,24 +121,24 @@ class ModelOutput(metaclass=_CacheAliasesMeta):
 
     def __getitem__(self, key: str | int | slice) -> Any:
         if isinstance(key, str):
-            key = _current_name(key)
+            key = _current_name(type(self), key)
             if key not in self.keys():
                 raise KeyError(key)
             return getattr(self, key)
         return self.to_tuple()[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        key = _current_name(key)
+        key = _current_name(type(self), key)
         if key not in self._field_names():
             self.__dict__.setdefault("_extra_keys", []).append(key)
         setattr(self, key, value)
 
     def get(self, key: str, default: Any = None) -> Any:
-        key = _current_name(key)
+        key = _current_name(type(self), key)
         return getattr(self, key) if key in self.keys() else default
 
     def __contains__(self, key: object) -> bool:
-        return _current_name(key) in self.keys()
+        return _current_name(type(self), key) in self.keys()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
@@ -148,15 +166,15 @@ class ModelOutput(metaclass=_CacheAliasesMeta):
         self._set_alias("cache_params", value)
 
     def _alias(self, name: str) -> Any:
-        if cache_named_cache():
+        if _renamed(type(self), name):
             _warn_deprecated(3)
             return getattr(self, "cache")
-        if name in self.__dict__:  # before 5.24.0, a plain attribute of an output without the field
+        if name in self.__dict__:  # a plain attribute (before 5.24.0), or a declared field without a default (5.25.0 on)
             return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _set_alias(self, name: str, value: Any) -> None:
-        if cache_named_cache():
+        if _renamed(type(self), name):
             _warn_deprecated(3)
             self.cache = value
         else:

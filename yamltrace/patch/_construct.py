@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._forwards import forward_problem
+from .._forwards import constructor_signature, forward_problem
 from ..errors import PatchError, PatchProblem
 from ..spec._patch_rule import PatchRule, device_type
 from ._handle import Replacement
@@ -68,10 +68,11 @@ def _signature_problem(original: type, replacement: type) -> str | None:
     """Why `replacement(...)` cannot be called every way `original(...)` can (or its forward would ignore a keyword), or None.
 
     Binds placeholders for each of the original's named parameters, passed positionally and then by
-    keyword, to the replacement's signature (`inspect.signature(...).bind`), so nothing is built.
+    keyword, to the replacement's signature (`inspect.signature(...).bind`), so nothing is built. Both
+    constructors are read through the decorators that wrap them (`constructor_signature`).
     """
     try:
-        expected, actual = inspect.signature(original), inspect.signature(replacement)
+        expected, actual = constructor_signature(original), constructor_signature(replacement)
     except (TypeError, ValueError):
         return None
     no_return = inspect.Signature.empty

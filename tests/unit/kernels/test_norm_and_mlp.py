@@ -97,6 +97,23 @@ def test_rms_norm_builds_from_the_originals_constructor():
     assert torch.equal(GemmaRMSNorm(dim=8).weight, torch.zeros(8)) and RMSNorm(hidden_size=8).variance_epsilon == 1e-6
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [((8,), {}), ((8, 1e-5), {}), ((), {"hidden_size": 8, "eps": 1e-5}), ((), {"dim": 8, "eps": 1e-5})],
+    ids=["positional", "positional-eps", "hidden_size", "dim"],
+)
+def test_gemma_rms_norm_takes_the_size_under_each_releases_name(args, kwargs):
+    """`hidden_size` (transformers 5.25 on) and `dim` (before) both build the same norm."""
+    norm = GemmaRMSNorm(*args, **kwargs)
+    assert torch.equal(norm.weight, torch.zeros(8)) and norm.eps == kwargs.get("eps", args[1] if len(args) > 1 else 1e-6)
+
+
+@pytest.mark.parametrize(("kwargs", "given"), [({}, "neither"), ({"hidden_size": 8, "dim": 8}, "both")])
+def test_gemma_rms_norm_refuses_neither_or_both_sizes(kwargs, given):
+    with pytest.raises(TypeError, match=rf"takes the size as `hidden_size` \(or `dim`.*got {given}: pass one"):
+        GemmaRMSNorm(**kwargs)
+
+
 @pytest.mark.parametrize("act", [nn.SiLU(), nn.GELU(), nn.GELU(approximate="tanh")], ids=["silu", "gelu", "gelu_tanh"])
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
 def test_gated_mlp_identifies_the_activation_and_equals_the_original(act, grad):

@@ -1,4 +1,4 @@
-"""The modeling rules that follow the transformers release: each on both sides of 5.24.0.
+"""The modeling rules that follow the transformers release: each on both sides of the release that changed it.
 
 The release is chosen by replacing `yamltrace._versions.transformers_version`; output classes are
 defined inside the tests, after that, as the installed release would define them at import.
@@ -21,7 +21,7 @@ from yamltrace.modeling import BaseModelOutput, BaseModelOutputWithPast, CacheNa
 from yamltrace.modeling import PreTrainedModel, merge_with_config_defaults
 from yamltrace.modeling._outputs import _cache_field
 
-BEFORE, AFTER = (5, 23, 0), (5, 24, 0)
+BEFORE, AFTER, KEPT = (5, 23, 0), (5, 24, 0), (5, 25, 0)
 DEPRECATED = r"`past_key_values`/`cache_params` are deprecated\. Use `cache` instead\."
 
 
@@ -173,6 +173,45 @@ def test_item_assignment_of_an_undeclared_key_still_appends_it(monkeypatch) -> N
         out = BaseModelOutput(last_hidden_state=1)
         out["cross_attentions"] = (2,)
         assert out.keys() == ["last_hidden_state", "cross_attentions"]
+
+
+# 5.25.0: a class that still declares `past_key_values` as a field keeps it
+
+
+@dataclass
+class DeclaresPastKeyValues(ModelOutput):
+    last_hidden_state: Any = None
+    past_key_values: Any = None
+
+
+def test_from_5_25_a_declared_alias_is_a_field_of_its_own(monkeypatch) -> None:
+    follow(monkeypatch, KEPT)
+    cache, other = Cache(), Cache()
+    with no_warning():
+        out = DeclaresPastKeyValues(last_hidden_state=1, past_key_values=cache)
+        assert out.keys() == ["last_hidden_state", "past_key_values"] and out.to_tuple() == (1, cache)
+        assert out["past_key_values"] is cache and out.past_key_values is cache and out.get("past_key_values") is cache
+        assert "past_key_values" in out
+        out["past_key_values"] = other
+        assert out.keys() == ["last_hidden_state", "past_key_values"] and out.past_key_values is other
+
+
+def test_from_5_25_a_class_declaring_an_alias_renames_no_keyword(monkeypatch) -> None:
+    follow(monkeypatch, KEPT)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'cache_params'"):
+        DeclaresPastKeyValues(last_hidden_state=1, cache_params=Cache())
+    with pytest.warns(FutureWarning, match=DEPRECATED), pytest.raises(KeyError, match="cache"):
+        _ = DeclaresPastKeyValues(last_hidden_state=1)["cache_params"]  # an undeclared alias still means `cache`
+
+
+def test_in_5_24_a_declared_alias_is_still_renamed(monkeypatch) -> None:
+    follow(monkeypatch, AFTER)
+    with pytest.warns(FutureWarning, match=DEPRECATED), pytest.raises(TypeError, match="unexpected keyword argument 'cache'"):
+        DeclaresPastKeyValues(last_hidden_state=1, past_key_values=Cache())
+    out = DeclaresPastKeyValues(last_hidden_state=1)
+    with pytest.warns(FutureWarning, match=DEPRECATED):
+        out["past_key_values"] = Cache()
+    assert out.keys() == ["last_hidden_state", "cache"]
 
 
 # merge_with_config_defaults: use_cache under gradient checkpointing

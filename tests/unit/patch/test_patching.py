@@ -169,6 +169,46 @@ def test_constructor_signatures_are_checked_before_anything_is_patched():
     assert yamltrace.examples.tiny.TinyMLP is TinyMLP
 
 
+def _init_wrapped_like_kernels(cls: type) -> object:
+    """What the `kernels` library's `use_kernelized_func` (on transformers 5.25's attention classes) makes of
+    a class's `__init__`: a bare `(self, *args, **kwargs)` pass-through without `functools.wraps`."""
+    orig_init = cls.__init__
+
+    def new_init(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        self.__dict__.setdefault("_kernel_funcs", {})
+
+    return new_init
+
+
+def test_a_constructor_wrapped_without_functools_wraps_is_checked_by_the_one_it_calls(monkeypatch):
+    monkeypatch.setattr(TinyAttention, "__init__", _init_wrapped_like_kernels(TinyAttention))
+    with apply_patches({"TinyAttention": PlainAttention}, modules=[TinyModel]):
+        model = TinyModel(TinyConfig())
+    assert attention_classes(model) == [PlainAttention] * 4
+
+    class NeedsMore(nn.Module):
+        def __init__(self, config, extra) -> None:
+            super().__init__()
+
+    with pytest.raises(PatchError) as info:
+        with apply_patches({"TinyAttention": NeedsMore}, modules=[TinyModel]):
+            pytest.fail("the block must not run")
+    (problem,) = info.value.problems
+    assert "NeedsMore(config, extra) cannot replace yamltrace.examples.tiny.TinyAttention(config: 'TinyConfig')" in (
+        problem.message
+    )
+    assert yamltrace.examples.tiny.TinyAttention is TinyAttention
+
+
+def test_a_wrapped_replacement_is_checked_by_the_constructor_it_calls(monkeypatch):
+    monkeypatch.setattr(PlainAttention, "__init__", _init_wrapped_like_kernels(PlainAttention))
+    with apply_patches({"TinyAttention": PlainAttention}, modules=[TinyModel]):
+        model = TinyModel(TinyConfig())
+    assert attention_classes(model) == [PlainAttention] * 4
+    assert all(layer.self_attn._kernel_funcs == {} for layer in model.layers)  # the wrapper ran
+
+
 def test_nested_blocks_restore_in_order():
     with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=[TinyModel]):
         with apply_patches({"TinyAttention": ReassignedAttention}, modules=[TinyModel]):
