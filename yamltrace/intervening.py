@@ -18,6 +18,7 @@ from typing import Any
 
 from torch import nn
 
+from ._run_values import check_run_values
 from ._trace_checks import dead_hints
 from .engine import Collector, Interception, Intervention, RuntimeValue, Session, scope_modules, unwrap
 from .engine._editing import EditRow, edit_issue, edits_watch, install_edits, plan_edits
@@ -56,6 +57,7 @@ def planned_edits(model: nn.Module, spec: Spec, values: Values | None = None, *,
     apply. Raises `SpecError`, located at the intervention, for one that selects no module (a warning
     with `strict=False`), a `{value: NAME}` that `values` lacks or miscounts, or a name in `values`
     that no intervention takes."""
+    check_run_values(spec, values)  # keys that are names, tensors that hold data: located in the spec
     values = values or {}
     wanted = value_names(spec)
     unknown = [name for name in values if name not in wanted]
@@ -119,13 +121,13 @@ def apply_interventions(
     """
     inner = unwrap(model)
     rows = planned_edits(inner, as_spec(inner, spec), values, strict=strict)
-    owner = Interception()
+    owner, paths = Interception(), _paths(rows)
     try:
         _install(owner, rows, None, inner, lambda: True, [False])  # one padding warning per handle
+        return InterventionHandle([owner.remove], paths)  # (in `try`: nothing stays if interrupted before)
     except BaseException:
         owner.remove()
         raise
-    return InterventionHandle([owner.remove], _paths(rows))
 
 
 def start_edits(

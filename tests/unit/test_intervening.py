@@ -312,3 +312,16 @@ def test_a_value_of_another_dtype_is_cast_to_the_edited_tensors(model, ids) -> N
             again = model(ids).last_hidden_state
         theirs = by_hooks(model, ids, "layers.0", "add", vector.float(), None, None)
     assert ours.dtype == torch.float32 and torch.equal(ours, theirs) and torch.equal(again, theirs)
+
+
+@pytest.mark.parametrize("how", ["intervene", "apply_interventions"])
+def test_a_meta_tensor_value_is_a_located_error_before_anything_is_installed(model, how) -> None:
+    spec = {"yamltrace": 1, "interventions": {"s": {"class_name": "norm", "add": {"value": "v"}}}}
+    values = {"v": torch.zeros(32, device="meta")}
+    with pytest.raises(SpecError, match=r"\$\.interventions\.s: values\['v'\] is a tensor on the meta device"):
+        if how == "intervene":
+            with yamltrace.intervene(model, spec, values=values):
+                pass
+        else:
+            yamltrace.apply_interventions(model, spec, values)
+    assert hook_count(model) == 0

@@ -136,7 +136,7 @@ def _forget(key: int, only: HeldHooks | None = None) -> None:
 def _release(held: HeldHooks) -> None:
     with _lock:
         held.released = True
-        remove = not held.sessions
+        remove = not any(session.open for session in held.sessions)  # (a forward that ended is not waited for)
     if held.finalizer is not None:
         held.finalizer.detach()
     if remove:

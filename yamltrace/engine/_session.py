@@ -90,6 +90,7 @@ class Session:
             self.close()
             open_blocks.reset(token)
         else:
+            self.open = False  # (its forward has ended: held hooks need not wait for its `finish`)
             innermost_forward.reset(token)
 
     def close(self) -> None:
