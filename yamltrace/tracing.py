@@ -281,12 +281,12 @@ class _Block:
             return Captures(run.lists, run.ends, run.paths, model)
         except BaseException:
             self._open.pop()
-            _close(kept, run, edits)
+            _close(run, edits)
             raise
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
         kept, run, edits, model = self._open.pop()
-        _close(kept, run, edits, None if kind is not None else model)
+        _close(run, edits, None if kind is not None else model)
 
 
 def stepwise(
@@ -331,15 +331,12 @@ class _Stepwise(_Block):
             run.take()
 
 
-def _close(kept: KeptPlan, run: TraceRun, edits: Any, model: nn.Module | None = None) -> None:
+def _close(run: TraceRun, edits: Any, model: nn.Module | None = None) -> None:
     """End a block: stop its run, remove its edits, and (for a block that did not raise, `model`) say
-    which outputs recorded no tensor; then the run waits for the next block on its plan."""
+    which outputs recorded no tensor."""
     try:
-        try:
-            run.stop()
-        finally:
-            edits.close()
-        if model is not None and run.ends and (silent := run.silent_outputs()):
-            warn_no_tensor(model, silent)  # (stack: here, __exit__, the caller)
+        run.stop()
     finally:
-        kept.release(run)
+        edits.close()
+    if model is not None and run.ends and (silent := run.silent_outputs()):
+        warn_no_tensor(model, silent)  # (stack: here, __exit__, the caller)

@@ -1,5 +1,5 @@
 """The plans of `trace` blocks, kept on their model: a block on the same model and arguments as an
-earlier one reuses its plan, and the run that served it, instead of planning again.
+earlier one reuses its plan instead of planning again.
 
 A kept plan is reused only while it is what planning again would give:
 - its key is equal: the caller's (`tracing`) names everything the plan was built from besides the
@@ -42,9 +42,9 @@ class KeptPlan:
     """A plan kept on its model: its key, what the key names by identity (kept alive so that no id is
     reused), the structure guard, the plan and the scopes it was planned from, the issues planning
     reported as warnings, the explicit spec (None without one), what the caller's checks read, what
-    the plan read from configs (`_trace_plan.config_reads`), and one run idle for the next block."""
+    the plan read from configs (`_trace_plan.config_reads`)."""
 
-    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "spec", "checks", "reads", "_idle")
+    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "spec", "checks", "reads")
 
     def __init__(
         self,
@@ -62,20 +62,10 @@ class KeptPlan:
         self.checks = checks  # what the caller's checks read (`holds()`: still read the same), or None
         reads = config_reads(plan, self.scopes)
         self.reads = reads if reads.ties or reads.selections else None  # None: nothing to read again
-        self._idle: list[TraceRun] = []
 
     def run(self) -> TraceRun:
-        """A run of the plan for one block: the idle one, else a new one (a block already uses it)."""
-        try:
-            return self._idle.pop()  # (atomic: two threads never get the same run)
-        except IndexError:
-            return TraceRun(self.plan)
-
-    def release(self, run: TraceRun) -> None:
-        """A block's run is done: emptied, it waits for the next block (one is kept, no more)."""
-        if not self._idle:
-            run.finish()
-            self._idle.append(run)
+        """A new run of the plan, for one block."""
+        return TraceRun(self.plan)
 
 
 class _Plans:

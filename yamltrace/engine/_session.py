@@ -97,11 +97,6 @@ class Session:
         """A block session's block has ended: it records nothing more, in any context."""
         self.open = False
 
-    def reopen(self) -> None:
-        """A block session serves a new block (a `trace` run kept for the next block on its plan)."""
-        self.open = True
-        del self.scopes[:]
-
 
 def forward_context() -> ContextVar[Any]:
     """The context variable a forward session records by: it records while it is the value

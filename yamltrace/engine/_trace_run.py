@@ -7,11 +7,8 @@ running (`Session.push_scope`) and starts the scope's call (`Collector.begin_cal
 ties the last hidden state at its exit. The roles are the run's methods; each changes the session
 and collectors through their own methods only.
 
-A run serves one block at a time, and the next block on the same plan too (`_plan_cache` keeps it):
-its listeners, frames, session and collectors are built once, installed for each block and removed
-after it (the padding watch's frame too: what is the block's own is its warning state, taken at
-`start`, which the frame reads per call); `finish` empties what the block recorded (the block's
-`Captures` hold it), so the next block starts empty and installs no more than its hooks.
+A run serves one block: its listeners, frames, session and collectors are built for the block,
+installed at its start and removed at its end.
 """
 
 from __future__ import annotations
@@ -111,16 +108,6 @@ class TraceRun:
     def warning(self) -> list[bool]:
         """The padding warning's state of the block running now (`_padding.PaddingWatch`)."""
         return self._warned
-
-    def finish(self) -> None:
-        """Forget what the block recorded (its `Captures` keep it), so that this run can serve the next
-        block on its plan; the listeners keep their collectors, which start over empty."""
-        for collector, keys, selections in self._exposed:
-            # In place: the listeners and frames hold the collector objects themselves (which never
-            # change a collector's `selections`).
-            Collector.__init__(collector, keys, selections)
-        self.session.reopen()
-        self._empty()
 
     def take(self) -> dict[str, tuple[Any, ...]]:
         """What the finished steps recorded, by output name, and forget it: the lists start over empty
