@@ -126,7 +126,7 @@ def test_intervene_with_a_key_that_is_not_a_name_is_a_located_error(model, tmp_p
     path = tmp_path / "runtime.yaml"
     path.write_text(STEERED.replace('{tensor: "steer.safetensors:v"}', "{value: direction}"), encoding="utf-8")
     with pytest.raises(
-        yamltrace.SpecError, match=r"runtime\.yaml: \$\.interventions: values names 1, which no intervention takes"
+        yamltrace.SpecError, match=r"runtime\.yaml: \$\.interventions: values= has the key 1 \(int\); its keys are the NAMEs"
     ):
         with yamltrace.intervene(model, path, values={1: VECTOR}):
             pass
