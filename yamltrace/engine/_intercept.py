@@ -175,26 +175,36 @@ def _runs_last(hooks: dict[int, Any], own: list[int]) -> bool:
 def _bind(module: nn.Module, interceptor: _Interceptor, reorder: bool = True) -> None:
     """Register the hooks the interceptor's contents need and remove those it no longer needs; with
     `reorder`, register them again where others' hooks now run after them (called holding `_lock`)."""
-    wants = (bool(interceptor.inputs or interceptor.frames), not interceptor.empty(), bool(interceptor.frames))
     have = (interceptor.pre, interceptor.post, interceptor.last)
-    if all(h is not None for h, wanted in zip(have, wants) if wanted) and not (
-        reorder and wants[1] and _overtaken(module, interceptor)
-    ):
-        for name, handle, wanted in zip(_HOOKS, have, wants):
-            if handle is not None and not wanted:
+    if interceptor.empty():
+        for handle in have:
+            if handle is not None:
                 handle.remove()
-                setattr(interceptor, name, None)
-        if not wants[1]:
+        interceptor.pre = interceptor.post = interceptor.last = None
+        if module._forward_hooks or module._forward_pre_hooks:
             _purge(module, interceptor)  # (an emptied interceptor leaves no hook, held or not)
         return
+    wants = (bool(interceptor.inputs or interceptor.frames), True, bool(interceptor.frames))
+    if interceptor.post is not None and all(h is not None for h, wanted in zip(have, wants) if wanted):
+        if not (reorder and _overtaken(module, interceptor)):
+            for name, handle, wanted in zip(_HOOKS, have, wants):
+                if handle is not None and not wanted:
+                    handle.remove()
+                    setattr(interceptor, name, None)
+            return
     try:
         interceptor.pre = module.register_forward_pre_hook(interceptor.before, with_kwargs=True) if wants[0] else None
         interceptor.post = module.register_forward_hook(interceptor.after, with_kwargs=True)
-        interceptor.last = (
-            module.register_forward_hook(interceptor.unwound, with_kwargs=True, always_call=True) if wants[2] else None
-        )
-    finally:  # (the hooks it does not hold now go, also when a registration was interrupted)
+        if wants[2]:
+            interceptor.last = module.register_forward_hook(interceptor.unwound, with_kwargs=True, always_call=True)
+        else:
+            interceptor.last = None
+        for handle in have:
+            if handle is not None:
+                handle.remove()
+    except BaseException:  # (the hooks it does not hold go, also when a registration was interrupted)
         _purge(module, interceptor)
+        raise
 
 
 def _purge(module: nn.Module, interceptor: _Interceptor) -> None:

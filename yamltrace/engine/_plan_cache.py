@@ -28,6 +28,7 @@ from typing import Any
 from torch import nn
 
 from ._plan import plan_hooks
+from ._padding import plan_watch
 from ._trace_plan import Scope, TracePlan, config_reads, stale
 from ._trace_run import TraceRun
 
@@ -44,7 +45,7 @@ class KeptPlan:
     reported as warnings, the explicit spec (None without one), what the caller's checks read, what
     the plan read from configs (`_trace_plan.config_reads`)."""
 
-    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "spec", "checks", "reads")
+    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "spec", "checks", "reads", "padding")
 
     def __init__(
         self,
@@ -62,10 +63,11 @@ class KeptPlan:
         self.checks = checks  # what the caller's checks read (`holds()`: still read the same), or None
         reads = config_reads(plan, self.scopes)
         self.reads = reads if reads.ties or reads.selections else None  # None: nothing to read again
+        self.padding = plan_watch(plan)  # (derived from the plan alone: each run of it shares it)
 
     def run(self) -> TraceRun:
         """A new run of the plan, for one block."""
-        return TraceRun(self.plan)
+        return TraceRun(self.plan, self.padding)
 
 
 class _Plans:

@@ -22,7 +22,7 @@ from torch import nn
 
 from ._collector import Collector, hook_listeners
 from ._intercept import Interception
-from ._padding import PaddingWatch, plan_watch
+from ._padding import PaddingWatch
 from ._padding_warning import warning_state
 from ._session import Session, tie_last_hidden_state
 from ._trace_plan import TracePlan
@@ -41,11 +41,12 @@ class TraceRun:
     finished step moves the step starts to the lists' ends; an unfinished one is cut off.
     """
 
-    def __init__(self, plan: TracePlan) -> None:
+    def __init__(self, plan: TracePlan, padding: PaddingWatch | None) -> None:
+        """A run of `plan`; `padding`: its padding watch (`plan_watch(plan)`: None where no recorder keeps positions)."""
         self.plan = plan
         self.session = Session(Collector(()), block=True)
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
-        self.padding = plan_watch(plan)  # None: no recorder keeps positions (`_padding`)
+        self.padding = padding
         self._silent_checks = self._silent_paths()
         self._interception: Interception | None = None  # the listeners and frames, while a block records
         self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding_warning.warning_state`)
