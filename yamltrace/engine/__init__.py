@@ -1,11 +1,11 @@
 """The capture engine: recorders, which modules to hook (plans), what a hook records, and sessions.
 
 Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules, cached) ->
-`_collector` (what the hooks record, via `_intercept`, and which collector records a call) ->
+`_collector` (what the hooks record, on torch hooks via `_intercept`, and which collector records a call) ->
 `_session` (sessions in this context, flags, the tie-last rule) -> `_held` (hooks a decorated model
 keeps between capturing forwards) -> `_scopes` (which submodules keep their own captures, where they
 tie) -> `_trace_plan` / `_trace_run` (a `trace` block's plan, then its run) -> `_plan_cache` (plans
-and runs kept on the model for the next block); `_wrappers` sees
+kept on the model for the next block); `_wrappers` sees
 through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest of the package uses.
 """
 
