@@ -1,6 +1,6 @@
 """What a capture records and which collector records a call: `Collector`, its listeners, their gate.
 
-A hook is a listener on a module's forward (`_intercept`), cheaper than a torch forward hook. It
+A hook is a listener on a module's forward, run by the module's torch forward hook (`_intercept`). It
 records only into the collector of the session that records the call (the *gate*): for hooks held
 by decorated forwards (`Sessions`), the innermost decorated forward's session in the calling
 context; for a `trace` scope's (`ScopeGate`), the block's, while the block is open in this context
@@ -209,7 +209,7 @@ def install_hooks(plan: HookPlan, served: Sessions | ScopeGate, into: Intercepti
 
 def hook_listeners(plan: HookPlan, served: Sessions | ScopeGate) -> list[tuple[nn.Module, Listener, HookRow]]:
     """What `install_hooks` installs, `(module, listener, row)` per planned module: listeners on the
-    interception (`_intercept`), which cost less to install and to call than forward hooks."""
+    module's interceptor (`_intercept`), run by its torch forward hook."""
     transformed = {entry.key for _, _, entries in plan for entry in entries if entry.transform is not None}
     return [(row[0], _listener(row, served, transformed), row) for row in plan]
 

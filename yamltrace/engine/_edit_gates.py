@@ -1,4 +1,4 @@
-"""Edits put on the modules' interceptors (`install_edits`), each behind its gate (`_gated`): applied
+"""Edits put on the modules' torch hooks (`install_edits`), each behind its gate (`_gated`): applied
 to the calls a session records, by `session_records`' rule written out inline (a Python call less
 per edited call), and for add or scale of a whole tensor by a number or a vector, by the torch op
 itself where the value applies as it is (`Edit.direct`); anything else takes `Edit.tensor`, the

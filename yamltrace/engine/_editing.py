@@ -1,5 +1,5 @@
 """What an intervention does to one module's values (`Edit`), which modules it edits (`plan_edits`),
-and edits put on the modules' interceptors (`install_edits`, from `_edit_gates`).
+and edits put on the modules' torch hooks (`install_edits`, from `_edit_gates`).
 
 An edit builds new tensors (out-of-place ops only), so autograd sees it: a value that requires grad
 gets gradients, and the module's own tensor is never written. A region (`positions` along `seq_dim`,

@@ -5,7 +5,7 @@ them, later ones with the same keys reuse them while the plan still describes th
 (`PlanGuard`: no structure change since, see `_plan`), so an evaluation loop pays neither the plan
 check of the cache nor installing and removing per forward. `release_hooks` (called by every
 decorated forward that captures nothing, and public as `yamltrace.release_hooks`) removes them; so
-does the model's collection. Between two capturing forwards the hooked modules carry interceptors
+does the model's collection. Between two capturing forwards the hooked modules carry hooks
 that record nothing (no session of theirs is running). Each capturing forward starts and finishes
 its session on the held hooks; concurrent forwards of one model (threads) each record their own.
 """

@@ -76,9 +76,6 @@ class _Interceptor:
         # one thread nest: the innermost is last).
         self.pending: dict[int, list[list[Any]]] = {}  # per thread: [frames, tokens, not exited yet]
 
-    def handles(self) -> list[RemovableHandle]:
-        return [h for h in (self.pre, self.post, self.last) if h is not None]
-
     def empty(self) -> bool:
         return not (self.listeners or self.frames or self.inputs or self.outputs)
 
