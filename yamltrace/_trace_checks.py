@@ -9,6 +9,8 @@
   attention implementation computes none (SDPA, flash) is a located warning before anything runs.
 - `warn_no_tensor`: a key whose modules ran but returned `None` where the recorder reads (attention
   weights under SDPA) warns once per model, naming `attn_implementation="eager"`.
+- `warn_never_ran`: a key whose modules exist but never ran in a block's calls (a fused path skips
+  them, or compiled code runs no hooks) warns once per block, naming the modules and both causes.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "patch_targets",
     "retarget_to_patches",
     "spec_rule",
+    "warn_never_ran",
     "warn_no_tensor",
     "warn_attention_weights",
     "attention_weight_issues",
@@ -201,6 +204,23 @@ def warn_no_tensor(model: nn.Module, lists: Mapping[str, list[Any]]) -> None:
         f"trace: {', '.join(map(repr, empty))} recorded no tensor although the modules ran: they returned None where "
         "the recorder reads (attention weights under SDPA or flash attention are not computed). Load the model with "
         'attn_implementation="eager" (or set `model.config._attn_implementation = "eager"`) to capture them.',
+        stacklevel=4,
+    )
+
+
+def warn_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int) -> None:
+    """Warn (once per block) that outputs recorded nothing because their modules, which exist, never ran."""
+    listed = "; ".join(
+        f"{name!r} ({', '.join(p.lstrip('.') or '<root>' for p in paths[:4])}{', ...' if len(paths) > 4 else ''})"
+        for name, paths in idle.items()
+    )
+    warnings.warn(
+        f"trace: {listed}: recorded nothing, because these modules exist but did not run in the block's "
+        f"{steps} call(s) of the model. A path of the model may skip them (a fused kernel that never calls "
+        "a dropout or softmax module: switch to the eager path), or the calls ran code compiled before the "
+        "block, which runs no hooks added later (compile under "
+        "`torch._dynamo.config.patch(skip_nnmodule_hook_guards=False)`, or make the compiled model's first "
+        "call inside a block).",
         stacklevel=4,
     )
 

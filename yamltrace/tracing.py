@@ -25,7 +25,7 @@ from ._captures import Captures
 from ._vocabulary import ATTENTION_WEIGHT_KEYS
 from ._spec_arg import SpecLike, as_spec
 from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
-from ._trace_checks import warn_dead, warn_no_tensor
+from ._trace_checks import warn_dead, warn_never_ran, warn_no_tensor
 from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
 from .engine import TraceScope as _Scope
 from .engine import TraceRun, plan_trace, unwrap
@@ -338,5 +338,8 @@ def _close(run: TraceRun, edits: Any, model: nn.Module | None = None) -> None:
         run.stop()
     finally:
         edits.close()
-    if model is not None and run.ends and (silent := run.silent_outputs()):
-        warn_no_tensor(model, silent)  # (stack: here, __exit__, the caller)
+    if model is not None and run.ends:
+        if silent := run.silent_outputs():
+            warn_no_tensor(model, silent)  # (stack: here, __exit__, the caller)
+        if idle := run.never_ran():
+            warn_never_ran(idle, len(run.ends))

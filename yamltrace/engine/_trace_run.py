@@ -48,6 +48,12 @@ class TraceRun:
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
         self.padding = padding
         self._silent_checks = self._silent_paths()
+        hooks = {s.number: s.hooks for s in plan.scopes}
+        # What `never_ran` asks of each output: its name, its collector, the paths of its modules.
+        self._idle_checks = [
+            (o.name, self.collectors[o.scope], tuple(r.path for r in hooks[o.scope] if any(e.key == o.key for e in r.entries)))
+            for o in plan.outputs
+        ]
         self._interception: Interception | None = None  # the listeners and frames, while a block records
         self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding_warning.warning_state`)
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records
@@ -213,6 +219,16 @@ class TraceRun:
             if collector.silent and not collector.silent.isdisjoint(paths):
                 silent[name] = self.lists[name]
         return silent
+
+    def never_ran(self) -> dict[str, tuple[str, ...]]:
+        """The outputs that recorded nothing because none of their modules ran (no hook of theirs fired,
+        none gave None), with those modules' paths: a path of the model that skips them (a fused
+        kernel), or calls that ran no hooks (code compiled before the block)."""
+        idle = {}
+        for name, collector, paths in self._idle_checks:
+            if paths and not self.lists[name] and collector.silent.isdisjoint(paths):
+                idle[name] = paths
+        return idle
 
     def _silent_paths(self) -> list[tuple[str, Collector, frozenset[str]]]:
         """What `silent_outputs` asks of each output: its name, its collector, the paths of its modules."""
