@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
-from ..errors import did_you_mean
+from ..errors import CaptureError, did_you_mean
 from ._collector import HookRow
 from ._plan import plan_hooks
 from ._recorder import OutputRecorder
@@ -181,6 +181,15 @@ def _selections(scope: Scope, keys: tuple[str, ...], hooks: Sequence[HookRow]) -
         return MappingProxyType({})
     hooked = {key: sum(1 for row in hooks if any(entry.key == key for entry in row.entries)) for key in keys}
     counter = position_counter(getattr(scope.module, "config", None), hooked)
+    for key, recorder in scope.tasks:
+        total = counter(key, recorder) if key in keys and recorder.layers is not None else None
+        outside = [i for i in recorder.layers or () if total is not None and not -total <= i < total]
+        if outside:
+            where = f"scope {scope.path!r}, " if scope.path else ""
+            raise CaptureError(
+                f"yamltrace: {where}output {key!r}: layers {outside} out of range: the model has {total} position(s) "
+                f"for {key!r} (valid indices {-total}..{total - 1}). Fix the recorder's `layers`."
+            )
     return MappingProxyType(resolve_selections(scope.tasks, keys, None, counter))
 
 
