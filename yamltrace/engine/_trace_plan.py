@@ -183,7 +183,9 @@ def _selections(scope: Scope, keys: tuple[str, ...], hooks: Sequence[HookRow]) -
     counter = position_counter(getattr(scope.module, "config", None), hooked)
     for key, recorder in scope.tasks:
         total = counter(key, recorder) if key in keys and recorder.layers is not None else None
-        outside = [i for i in recorder.layers or () if total is not None and not -total <= i < total]
+        if total is None:
+            continue
+        outside = [i for i in recorder.layers or () if not -total <= i < total]
         if outside:
             where = f"scope {scope.path!r}, " if scope.path else ""
             raise CaptureError(
