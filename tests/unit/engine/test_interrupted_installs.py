@@ -102,6 +102,8 @@ def _every_line(
     for at in sorted({*range(1, tail, max(1, tail // 40)), *range(tail, total + 1)}):
         fired, result = _interrupted(action, at, within)
         assert fired, f"line {at} of {total} was not reached"
+        if result is not None:  # (the line ran in a weak-reference callback, whose exception Python ignores)
+            finish(result)
         yamltrace.release_hooks(model)
         assert hook_count(model) == 0, f"hooks left after an interrupt at line {at} of {total} ({fired})"
         with torch.no_grad():

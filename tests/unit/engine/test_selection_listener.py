@@ -86,7 +86,7 @@ def test_other_transforms_keep_the_general_listener(fields) -> None:
 
 
 def test_a_trace_with_positions_equals_the_same_selection_made_through_record(tiny, input_ids) -> None:
-    every_layer = tuple(range(tiny.config.num_hidden_layers + 1))  # keeps all, but through record
+    every_layer = tuple(range(tiny.config.num_hidden_layers))  # keeps all, but through record
     spec = {
         "fast": OutputRecorder(TinyDecoderLayer, index=0, positions="-2:"),
         "general": OutputRecorder(TinyDecoderLayer, index=0, positions="-2:", layers=every_layer),
