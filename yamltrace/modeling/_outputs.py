@@ -146,6 +146,13 @@ class ModelOutput(metaclass=_CacheAliasesMeta):
     def __len__(self) -> int:
         return len(self.keys())
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A field a subclass still declares under an alias's name shadows the alias property; where the
+        # followed release renames it (5.24.0), the value goes to `cache`, as an attribute, not a key.
+        if name in _ALIASES and name in getattr(type(self), "__dataclass_fields__", {}) and _renamed(type(self), name):
+            name = "cache"
+        super().__setattr__(name, value)
+
     # The aliases as attributes. A subclass field of the same name (before 5.24.0) shadows them.
     @property
     def past_key_values(self) -> Any:
