@@ -260,7 +260,7 @@ class _Block:
     def __init__(self, outer: nn.Module, spec: Any, outputs: Any, strict: bool, values: Mapping[str, Any] | None) -> None:
         # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
         self._outer, self._spec, self._outputs, self._strict, self._values = outer, spec, outputs, strict, values
-        self._open: list[tuple[KeptPlan, TraceRun, Any, nn.Module]] = []  # per entry: plan, run, edits, model
+        self._open: list[tuple[TraceRun, Any, nn.Module]] = []  # per entry: run, edits, model
 
     def __enter__(self) -> Captures:
         model = unwrap(self._outer)
@@ -273,7 +273,7 @@ class _Block:
         )
         run = kept.run()
         edits = contextlib.ExitStack()
-        self._open.append((kept, run, edits, model))  # (first: an interrupted start is still closed)
+        self._open.append((run, edits, model))  # (first: an interrupted start is still closed)
         try:
             if rows:  # edited values are what the block's captures record
                 start_edits(edits, rows, run.session, self._outer)
@@ -285,7 +285,7 @@ class _Block:
             raise
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
-        kept, run, edits, model = self._open.pop()
+        run, edits, model = self._open.pop()
         _close(run, edits, None if kind is not None else model)
 
 
@@ -319,14 +319,14 @@ class _Stepwise(_Block):
     def take(self) -> dict[str, tuple[Any, ...]]:
         """The captures of the calls finished since the last `take` (or `skip`), which the block forgets;
         an output whose modules gave no tensor warns, as at the end of a `trace` block."""
-        _, run, _, model = self._open[-1]
+        run, _, model = self._open[-1]
         if run.ends and (silent := run.silent_outputs()):
             warn_no_tensor(model, silent)
         return run.take()
 
     def skip(self) -> None:
         """Forget what the block recorded so far (calls the loop did not make itself)."""
-        run = self._open[-1][1]
+        run = self._open[-1][0]
         if run.ends:
             run.take()
 

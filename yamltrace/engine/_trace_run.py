@@ -47,20 +47,21 @@ class TraceRun:
         self.session = Session(Collector(()), block=True)
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
         self.padding = padding
-        self._silent_checks = self._silent_paths()
         hooks = {s.number: s.hooks for s in plan.scopes}
-        # What `never_ran` asks of each output: its name, its collector, the paths of its modules.
-        self._idle_checks = [
-            (o.name, self.collectors[o.scope], tuple(r.path for r in hooks[o.scope] if any(e.key == o.key for e in r.entries)))
+        # What `never_ran` and `silent_outputs` ask of each output: its name, key, collector, the paths of its modules.
+        self._modules = [
+            (
+                o.name,
+                o.key,
+                self.collectors[o.scope],
+                tuple(r.path for r in hooks[o.scope] if any(e.key == o.key for e in r.entries)),
+            )
             for o in plan.outputs
         ]
         self._interception: Interception | None = None  # the listeners and frames, while a block records
         self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding_warning.warning_state`)
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records
-        # Read again for each block (`_empty`, `finish`): each output's name, collector and key; each
-        # exposed scope's collector, keys and layer selections.
-        self._outputs = [(o.name, self.collectors[o.scope], o.key) for o in plan.outputs]
-        self._exposed = [(self.collectors[s.number], s.keys, dict(s.selections)) for s in plan.scopes if s.exposed]
+        self._outputs = [(o.name, self.collectors[o.scope], o.key) for o in plan.outputs]  # (read by `_empty`)
         self._empty()
 
     def _empty(self) -> None:
@@ -215,7 +216,9 @@ class TraceRun:
         block can say why they are empty; `hidden_states` and keys with a layer selection (which hold
         None for unselected layers on purpose) left out."""
         silent = {}
-        for name, collector, paths in self._silent_checks:
+        for name, key, collector, paths in self._modules:
+            if key == "hidden_states" or key in collector.selections:
+                continue
             if collector.silent and not collector.silent.isdisjoint(paths):
                 silent[name] = self.lists[name]
         return silent
@@ -225,23 +228,10 @@ class TraceRun:
         none gave None), with those modules' paths: a path of the model that skips them (a fused
         kernel), or calls that ran no hooks (code compiled before the block)."""
         idle = {}
-        for name, collector, paths in self._idle_checks:
+        for name, _, collector, paths in self._modules:
             if paths and not self.lists[name] and collector.silent.isdisjoint(paths):
                 idle[name] = paths
         return idle
-
-    def _silent_paths(self) -> list[tuple[str, Collector, frozenset[str]]]:
-        """What `silent_outputs` asks of each output: its name, its collector, the paths of its modules."""
-        names = {(o.scope, o.key): o.name for o in self.plan.outputs}
-        checks = []
-        for scope in self.plan.scopes:
-            collector = self.collectors.get(scope.number)
-            for key in scope.keys:
-                if collector is None or key == "hidden_states" or key in collector.selections:
-                    continue
-                paths = frozenset(row.path for row in scope.hooks if any(e.key == key for e in row.entries))
-                checks.append((names[(scope.number, key)], collector, paths))
-        return checks
 
 
 def _frame(
