@@ -19,7 +19,7 @@ after; frames enter in the order installed and exit in reverse. Hooks registered
 an installation run after its listeners (torch's order); an installation joining an interceptor whose
 hooks others' now follow registers the interceptor's hooks again, last.
 
-`intercept` returns an `Interception` whose `remove()` takes off exactly what it installed (a module
+`Interception.add` installs, and its `remove()` takes off exactly what it installed (a module
 whose interceptor holds nothing more loses its hooks); installing is all or nothing, also under
 KeyboardInterrupt. A copy of a module made while it is intercepted (`copy.deepcopy`, pickling) carries
 hooks that pass everything through.
@@ -36,7 +36,7 @@ from torch import nn
 from torch.compiler import is_dynamo_compiling
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["Listener", "Enter", "Exit", "InputEdit", "OutputEdit", "INPUTS", "OUTPUTS", "Interception", "intercept"]
+__all__ = ["Listener", "Enter", "Exit", "InputEdit", "OutputEdit", "INPUTS", "OUTPUTS", "Interception"]
 
 # Called after the module's forward returned: (its context, positional args, keyword args, output).
 Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
@@ -323,12 +323,3 @@ def _without(entries: tuple[Any, ...], entry: Any) -> tuple[Any, ...]:
     if len(entries) == 1 and entries[0] is entry:
         return ()
     return tuple(x for x in entries if x is not entry)
-
-
-def intercept(
-    items: Iterable[tuple[nn.Module, Listener, Any]],
-    frames: Iterable[tuple[nn.Module, Enter, Exit]] = (),
-    edits: Iterable[tuple[nn.Module, str, InputEdit | OutputEdit]] = (),
-) -> Interception:
-    """A new `Interception` with `items`, `frames` and `edits` added (`Interception.add`)."""
-    return Interception().add(items, frames, edits)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from yamltrace.engine._intercept import intercept
+from yamltrace.engine._intercept import Interception
 
 
 class Scale(nn.Module):
@@ -37,7 +37,7 @@ def recorder(log: list):
 def test_listener_sees_context_inputs_and_output_and_the_dict_is_restored() -> None:
     module, log, x = Scale(), [], torch.ones(2)
     before = dict(module.__dict__)
-    handle = intercept([(module, recorder(log), "ctx")])
+    handle = Interception().add([(module, recorder(log), "ctx")])
     out = module(x, shift=1.0)
     assert torch.equal(out, torch.full((2,), 3.0))
     ((context, args, kwargs, output),) = log
@@ -51,8 +51,8 @@ def test_listener_sees_context_inputs_and_output_and_the_dict_is_restored() -> N
 
 def test_two_sessions_share_a_module_and_each_removal_takes_only_its_listener() -> None:
     module, first, second = Scale(), [], []
-    a = intercept([(module, recorder(first), "a")])
-    b = intercept([(module, recorder(second), "b")])
+    a = Interception().add([(module, recorder(first), "a")])
+    b = Interception().add([(module, recorder(second), "b")])
     module(torch.ones(1))
     a.remove()
     module(torch.ones(1))
@@ -66,7 +66,7 @@ def test_an_existing_instance_forward_is_called_and_put_back() -> None:
     module, log = Scale(), []
     own = functools.partial(Scale.forward, module, shift=10.0)
     module.forward = own
-    handle = intercept([(module, recorder(log), None)])
+    handle = Interception().add([(module, recorder(log), None)])
     assert torch.equal(module(torch.ones(1)), torch.tensor([12.0]))
     handle.remove()
     assert module.__dict__["forward"] is own and len(log) == 1
@@ -75,7 +75,7 @@ def test_an_existing_instance_forward_is_called_and_put_back() -> None:
 @pytest.mark.parametrize("wraps", [True, False])
 def test_a_wrapper_set_over_ours_keeps_working_after_removal(wraps: bool) -> None:
     module, log, calls = Scale(), [], []
-    handle = intercept([(module, recorder(log), None)])
+    handle = Interception().add([(module, recorder(log), None)])
     inner = module.forward
 
     def theirs(*args, **kwargs):
@@ -89,7 +89,7 @@ def test_a_wrapper_set_over_ours_keeps_working_after_removal(wraps: bool) -> Non
     assert module.__dict__["forward"] is wrapper
     assert torch.equal(module(torch.ones(1)), torch.tensor([2.0]))
     assert len(calls) == 2 and len(log) == 1  # ours passes through, records nothing
-    again = intercept([(module, recorder(log), None)])
+    again = Interception().add([(module, recorder(log), None)])
     module(torch.ones(1))
     again.remove()
     assert len(log) == 2 and len(calls) == 3
@@ -98,7 +98,7 @@ def test_a_wrapper_set_over_ours_keeps_working_after_removal(wraps: bool) -> Non
 def test_an_exception_in_forward_skips_listeners_and_removal_still_restores() -> None:
     module, log = Scale(), []
     module.fail = True
-    handle = intercept([(module, recorder(log), None)])
+    handle = Interception().add([(module, recorder(log), None)])
     with pytest.raises(RuntimeError, match="on purpose"):
         module(torch.ones(1))
     handle.remove()
@@ -107,7 +107,7 @@ def test_an_exception_in_forward_skips_listeners_and_removal_still_restores() ->
 
 def test_a_deep_copy_made_while_intercepted_runs_its_own_weights_and_records_nothing() -> None:
     module, log = Scale(), []
-    handle = intercept([(module, recorder(log), None)])
+    handle = Interception().add([(module, recorder(log), None)])
     twin = copy.deepcopy(module)
     with torch.no_grad():
         twin.weight.fill_(5.0)
@@ -119,7 +119,7 @@ def test_a_deep_copy_made_while_intercepted_runs_its_own_weights_and_records_not
 
 def test_a_module_pickled_while_intercepted_loads_as_a_pass_through() -> None:
     module, log = Scale(), []
-    handle = intercept([(module, recorder(log), None)])
+    handle = Interception().add([(module, recorder(log), None)])
     buffer = io.BytesIO()
     torch.save(module, buffer)
     handle.remove()
@@ -138,7 +138,7 @@ def test_concurrent_installs_and_removals_leave_nothing_behind() -> None:
             barrier.wait()
             for _ in range(200):
                 log: list = []
-                handle = intercept([(m, recorder(log), None) for m in modules])
+                handle = Interception().add([(m, recorder(log), None) for m in modules])
                 for m in modules:
                     m(torch.ones(1))
                 handle.remove()
@@ -160,7 +160,7 @@ def test_listeners_see_inputs_after_pre_hooks_and_outputs_after_forward_hooks() 
     module, log = Scale(), []
     module.register_forward_pre_hook(lambda m, args: (args[0] + 1,))
     foreign = module.register_forward_hook(lambda m, args, output: output * 100)
-    handle = intercept([(module, recorder(log), None)])
+    handle = Interception().add([(module, recorder(log), None)])
     returned = module(torch.ones(1))
     handle.remove()
     ((_, args, _, output),) = log
@@ -172,7 +172,7 @@ def test_listeners_see_inputs_after_pre_hooks_and_outputs_after_forward_hooks() 
 
 def test_listeners_alone_take_one_forward_hook_and_leave_the_instance_forward_alone() -> None:
     module, log = Scale(), []
-    handle = intercept([(module, recorder(log), None)])
+    handle = Interception().add([(module, recorder(log), None)])
     assert len(module._forward_hooks) == 1 and not module._forward_pre_hooks and "forward" not in module.__dict__
     module(torch.ones(1))
     handle.remove()
@@ -183,7 +183,7 @@ def test_edits_change_what_the_module_receives_and_returns_before_listeners_see_
     module, log = Scale(), []
     inputs = lambda args, kwargs: ((args[0] * 10,), kwargs)  # noqa: E731
     outputs = lambda output: output + 1  # noqa: E731
-    handle = intercept([(module, recorder(log), None)], edits=[(module, "inputs", inputs), (module, "outputs", outputs)])
+    handle = Interception().add([(module, recorder(log), None)], edits=[(module, "inputs", inputs), (module, "outputs", outputs)])
     returned = module(torch.ones(1))
     assert len(module._forward_hooks) == 1 and len(module._forward_pre_hooks) == 1 and "forward" not in module.__dict__
     handle.remove()
@@ -207,7 +207,9 @@ def test_frames_wrap_the_forward_and_its_listeners_and_exit_in_reverse_also_on_e
         return module, enter, exit
 
     before = dict(module.__dict__)
-    handle = intercept([(module, lambda c, a, k, o: log.append(("listener", o.tolist())), None)], [frame("a"), frame("b")])
+    handle = Interception().add(
+        [(module, lambda c, a, k, o: log.append(("listener", o.tolist())), None)], [frame("a"), frame("b")]
+    )
     module(torch.ones(1))
     assert log == [("enter", "a"), ("enter", "b"), ("listener", [2.0]), ("exit", "b", [2.0], True), ("exit", "a", [2.0], True)]
     del log[:]
@@ -224,7 +226,7 @@ def test_on_the_slower_path_input_edits_reach_the_forward_the_hooks_and_the_list
     module, log, seen = Scale(), [], []
     foreign = module.register_forward_hook(lambda m, args, output: seen.append(args[0]) or output + 1)
     double = lambda args, kwargs: ((args[0] * 2,), kwargs)  # noqa: E731
-    handle = intercept([(module, recorder(log), None)], edits=[(module, "inputs", double)])
+    handle = Interception().add([(module, recorder(log), None)], edits=[(module, "inputs", double)])
     returned = module(torch.ones(1))
     handle.remove()
     ((_, args, _, output),) = log
@@ -252,7 +254,9 @@ def test_on_the_slower_path_frames_exit_with_what_the_hooks_returned_and_unfinis
     def exit(token, output, finished):
         log.append(("exit", token, None if output is None else output.tolist(), finished))
 
-    handle = intercept([(module, lambda c, a, k, o: log.append(("listener", o.tolist())), None)], [(module, enter, exit)])
+    handle = Interception().add(
+        [(module, lambda c, a, k, o: log.append(("listener", o.tolist())), None)], [(module, enter, exit)]
+    )
     assert torch.equal(module(torch.ones(1)), torch.tensor([200.0]))
     assert log == [("enter", [1.0]), ("listener", [200.0]), ("exit", "token", [200.0], True)]
     for raising, error in (("forward", RuntimeError), ("forward hook", ValueError)):
@@ -271,7 +275,7 @@ def test_on_the_slower_path_frames_exit_with_what_the_hooks_returned_and_unfinis
 def test_frames_alone_take_the_slower_path_on_a_module_with_forward_hooks() -> None:
     module, seen = Scale(), []
     foreign = module.register_forward_hook(lambda m, args, output: output + 1)
-    handle = intercept([], [(module, lambda args, kwargs: None, lambda token, output, finished: seen.append(output))])
+    handle = Interception().add([], [(module, lambda args, kwargs: None, lambda token, output, finished: seen.append(output))])
     module(torch.ones(1), shift=1.0)
     handle.remove()
     assert seen == [torch.tensor([4.0])] and list(module._forward_hooks) == [foreign.id]
