@@ -162,6 +162,7 @@ def test_the_checker_sees_relative_imports() -> None:
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_no_module_is_longer_than_400_lines(module: str) -> None:
+def test_no_module_is_longer_than_the_review_ceiling(module: str) -> None:
+    """One concept per module; ~700 lines is where a module is too long to review as one piece."""
     lines = MODULES[module].read_text(encoding="utf-8").count("\n")
-    assert lines <= 400, f"{module} has {lines} lines; split it along what it does"
+    assert lines <= 700, f"{module} has {lines} lines; split it along what it does"

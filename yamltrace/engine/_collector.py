@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextvars import ContextVar
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from torch import nn
 from torch.compiler import is_compiling, is_dynamo_compiling
@@ -211,10 +211,11 @@ def hook_listeners(plan: HookPlan, served: Sessions | ScopeGate) -> list[tuple[n
     """What `install_hooks` installs, `(module, listener, row)` per planned module: listeners on the
     module's interceptor (`_intercept`), run by its torch forward hook."""
     transformed = {entry.key for _, _, entries in plan for entry in entries if entry.transform is not None}
-    return [(row[0], _listener(row, served, transformed), row) for row in plan]
+    parts = _gate_parts(served)
+    return [(row[0], _listener(row, parts, transformed), row) for row in plan]
 
 
-def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | ScopeGate, transformed: set[str]) -> Any:
+def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], parts: GateParts, transformed: set[str]) -> Any:
     """The listener of one planned module, by its entries' kinds: a specialised one for one entry
     that only keeps positions (SELECTED), or that keeps the reference (HIDDEN, OTHER) for a key no
     entry transforms; else the general `Collector.record`. The specialised ones fall back to `record`
@@ -228,18 +229,18 @@ def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], served: Sessions | 
     if len(entries) == 1:
         kind = entries[0].kind
         if kind == SELECTED:
-            return _selection_listener(path, entries, served)
+            return _selection_listener(path, entries, parts)
         if kind == HIDDEN and entries[0].key not in transformed:
-            return _hidden_states_listener(path, entries, served)
+            return _hidden_states_listener(path, entries, parts)
         if kind == OTHER and entries[0].key not in transformed:
-            return _other_listener(path, entries, served)
+            return _other_listener(path, entries, parts)
     # Several entries, a transform (detach, to, dtype), or an input recorder.
-    return _general_listener(path, entries, served)
+    return _general_listener(path, entries, parts)
 
 
-def _general_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:
+def _general_listener(path: str, entries: tuple[Entry, ...], parts: GateParts) -> Any:
     """A listener that records through `Collector.record`."""
-    gate, sessions, innermost, scopes, number, block, blocks, gated = _gate_parts(served)
+    gate, sessions, innermost, scopes, number, block, blocks, gated = parts
 
     def general(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:
@@ -252,12 +253,12 @@ def _general_listener(path: str, entries: tuple[Entry, ...], served: Sessions | 
     return general
 
 
-def _hidden_states_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:
+def _hidden_states_listener(path: str, entries: tuple[Entry, ...], parts: GateParts) -> Any:
     """A listener for one `hidden_states` entry without a transform: append the value (and, first,
     the module's input as the initial hidden state)."""
-    gate, sessions, innermost, scopes, number, block, blocks, gated = _gate_parts(served)
+    gate, sessions, innermost, scopes, number, block, blocks, gated = parts
     key, source, initial, _ = entries[0]
-    index = cast(int, source)  # an int here: input recorders take the general listener
+    index: int = source  # type: ignore[assignment]  # (an int here: input recorders take the general listener)
     input_path = path + ":input"
 
     # Closes over plain objects only (no bound built-in methods): dynamo guards on those by identity.
@@ -300,12 +301,12 @@ def _hidden_states_listener(path: str, entries: tuple[Entry, ...], served: Sessi
     return hidden_states
 
 
-def _other_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:
+def _other_listener(path: str, entries: tuple[Entry, ...], parts: GateParts) -> Any:
     """A listener for one entry of another key without a transform: append the value, or note a
     module that gave `None` (`Collector.silent`)."""
-    gate, sessions, innermost, scopes, number, block, blocks, gated = _gate_parts(served)
+    gate, sessions, innermost, scopes, number, block, blocks, gated = parts
     key, source, _, _ = entries[0]
-    index = cast(int, source)
+    index: int = source  # type: ignore[assignment]  # (an int: input recorders take the general listener)
 
     def other(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:
@@ -345,7 +346,11 @@ def _other_listener(path: str, entries: tuple[Entry, ...], served: Sessions | Sc
     return other
 
 
-def _gate_parts(served: Sessions | ScopeGate) -> tuple[Any, ...]:
+# What a listener closes over to find its call's collector (`_gate_parts`).
+GateParts = tuple[Any, ...]
+
+
+def _gate_parts(served: Sessions | ScopeGate) -> GateParts:
     """What a listener closes over to find its call's collector: (the gate or None, the sessions and
     the innermost forward's context, then the gate's scopes, number, session, open blocks and
     collector; placeholders for what the other kind has)."""
@@ -354,16 +359,17 @@ def _gate_parts(served: Sessions | ScopeGate) -> tuple[Any, ...]:
     return None, served, served.innermost, [], 0, None, None, None
 
 
-def _selection_listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Any:
+def _selection_listener(path: str, entries: tuple[Entry, ...], parts: GateParts) -> Any:
     """The listener of a module whose one recorder only keeps positions (its transform is the
     selector `transform_of` returned): select, append, and note the transform for the tied last
     hidden state, as `Collector.record` would. Everything else goes to `record` before anything is
     appended: a collector with `layers` selections, the initial hidden state, a `None` element, an
     index out of range, and a selection that does not fit (which `record` raises, located)."""
     key, source, initial, transform = entries[0]
-    index, select = cast(int, source), cast(Transform, transform)
+    index: int = source  # type: ignore[assignment]  # (an int: input recorders take the general listener)
+    select: Transform = transform  # type: ignore[assignment]  # (a selector: `kind` is SELECTED)
     initial = initial and key == "hidden_states"
-    gate, sessions, innermost, scopes, number, block, blocks, gated = _gate_parts(served)
+    gate, sessions, innermost, scopes, number, block, blocks, gated = parts
 
     def selected(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if gate is None:

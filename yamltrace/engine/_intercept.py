@@ -173,13 +173,20 @@ def _bind(module: nn.Module, interceptor: _Interceptor, reorder: bool = True) ->
     """Register the hooks the interceptor's contents need and remove those it no longer needs; with
     `reorder`, register them again where others' hooks now run after them (called holding `_lock`)."""
     have = (interceptor.pre, interceptor.post, interceptor.last)
-    if interceptor.empty():
+    if not (interceptor.listeners or interceptor.frames or interceptor.inputs or interceptor.outputs):  # (`empty()`)
         for handle in have:
             if handle is not None:
                 handle.remove()
         interceptor.pre = interceptor.post = interceptor.last = None
         if module._forward_hooks or module._forward_pre_hooks:
             _purge(module, interceptor)  # (an emptied interceptor leaves no hook, held or not)
+        return
+    if have == _UNBOUND and not (interceptor.inputs or interceptor.frames):  # (the common case: listeners only)
+        try:
+            interceptor.post = module.register_forward_hook(interceptor.after, with_kwargs=True)
+        except BaseException:
+            _purge(module, interceptor)
+            raise
         return
     wants = (bool(interceptor.inputs or interceptor.frames), True, bool(interceptor.frames))
     if interceptor.post is not None and all(h is not None for h, wanted in zip(have, wants) if wanted):
@@ -216,8 +223,9 @@ def _purge(module: nn.Module, interceptor: _Interceptor) -> None:
             module._forward_pre_hooks_with_kwargs.pop(key, None)
 
 
-# The interceptor's hook fields, in the order `_bind` registers them.
+# The interceptor's hook fields, in the order `_bind` registers them; their values before any is.
 _HOOKS = ("pre", "post", "last")
+_UNBOUND = (None, None, None)
 
 
 def _overtaken(module: nn.Module, interceptor: _Interceptor) -> bool:
@@ -276,7 +284,10 @@ class Interception:
                 touched: dict[int, tuple[nn.Module, _Interceptor]] = {}
                 for module, entry, kind in added:
                     found = touched.get(id(module))
-                    interceptor = found[1] if found is not None else _interceptor_of(module) or _Interceptor()
+                    if found is not None:
+                        interceptor = found[1]
+                    else:  # (a module without forward hooks has no interceptor)
+                        interceptor = module._forward_hooks and _interceptor_of(module) or _Interceptor()
                     touched[id(module)] = (module, interceptor)
                     self._installed.append((module, interceptor, entry, kind))
                     setattr(interceptor, kind, getattr(interceptor, kind) + (entry,))

@@ -73,11 +73,13 @@ class TraceOutput(NamedTuple):
 
 class TracePlan(NamedTuple):
     """A block's plan: its scopes (in the order resolved), the outputs it yields (in the order asked),
-    and the name of every exposed (scope path, key), asked for or not."""
+    the name of every exposed (scope path, key), asked for or not, and the paths of the modules each
+    output hooks (in `outputs`' order: what the end-of-block checks of a run compare)."""
 
     scopes: tuple[ScopePlan, ...]
     outputs: tuple[TraceOutput, ...]
     names: Mapping[tuple[str, str], str]
+    modules: tuple[tuple[str, ...], ...]
 
 
 def plan_trace(model: nn.Module, scopes: Sequence[Scope], outputs: str | Iterable[str] | None) -> TracePlan:
@@ -103,7 +105,10 @@ def plan_trace(model: nn.Module, scopes: Sequence[Scope], outputs: str | Iterabl
         ties = _ties(model, scope, decorated, paths) if "hidden_states" in keys else ()
         planned.append(_exposed(scope, rows[scope.path], keys, ties))
     by_name = {names[(s.path, key)]: TraceOutput(names[(s.path, key)], s.number, key) for s in planned for key in s.keys}
-    return TracePlan(tuple(planned), tuple(by_name[name] for name in wanted), MappingProxyType(names))
+    chosen = tuple(by_name[name] for name in wanted)
+    hooks = {s.number: s.hooks for s in planned}
+    modules = tuple(tuple(r.path for r in hooks[o.scope] if any(e.key == o.key for e in r.entries)) for o in chosen)
+    return TracePlan(tuple(planned), chosen, MappingProxyType(names), modules)
 
 
 class ConfigReads(NamedTuple):

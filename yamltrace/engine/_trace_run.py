@@ -47,17 +47,8 @@ class TraceRun:
         self.session = Session(Collector(()), block=True)
         self.collectors = {s.number: Collector(s.keys, dict(s.selections)) for s in plan.scopes if s.exposed}
         self.padding = padding
-        hooks = {s.number: s.hooks for s in plan.scopes}
         # What `never_ran` and `silent_outputs` ask of each output: its name, key, collector, the paths of its modules.
-        self._modules = [
-            (
-                o.name,
-                o.key,
-                self.collectors[o.scope],
-                tuple(r.path for r in hooks[o.scope] if any(e.key == o.key for e in r.entries)),
-            )
-            for o in plan.outputs
-        ]
+        self._modules = [(o.name, o.key, self.collectors[o.scope], paths) for o, paths in zip(plan.outputs, plan.modules)]
         self._interception: Interception | None = None  # the listeners and frames, while a block records
         self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding_warning.warning_state`)
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records

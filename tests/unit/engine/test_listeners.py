@@ -16,7 +16,7 @@ from torch import nn
 from yamltrace.engine._intercept import Interception, _interceptor_of
 from yamltrace import CaptureError
 from yamltrace.engine import OutputRecorder
-from yamltrace.engine._collector import Collector, Sessions, _listener, entry_of, install_hooks
+from yamltrace.engine._collector import Collector, HookRow, Sessions, entry_of, hook_listeners, install_hooks
 from yamltrace.engine._session import Session, forward_context
 from yamltrace.examples.tiny import TinyDecoderLayer
 
@@ -90,7 +90,7 @@ def run(kind: str, entries: tuple, gate_kind: str, shape: str, selection: frozen
     key = entries[0].key
     collector = Collector([key], None if selection is None else {key: selection})
     gate = Gate(gate_kind, collector)
-    listener = _listener((nn.Identity(), ".layers.0", entries), gate.served, {key} if entries[0].transform else set())
+    ((_, listener, _),) = hook_listeners([HookRow(nn.Identity(), ".layers.0", entries)], gate.served)
     assert listener.__name__ == kind.split()[0]
 
     def call(n: int) -> None:

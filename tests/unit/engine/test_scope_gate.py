@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from yamltrace.engine import OutputRecorder
-from yamltrace.engine._collector import Collector, Sessions, _listener, entry_of
+from yamltrace.engine._collector import Collector, HookRow, Sessions, entry_of, hook_listeners
 from yamltrace.engine._session import NO_CAPTURE, Session, forward_context
 from yamltrace.examples.tiny import TinyDecoderLayer
 
@@ -31,9 +31,7 @@ def test_records_only_while_open_and_innermost(kind: str) -> None:
     entries = (entry_of(key, recorder),)
     session = Session(Collector(()), block=True)
     collector = Collector([key])
-    listener = _listener(
-        (nn.Identity(), ".layers.0", entries), session.scope_gate(3, collector), {key} if kind == "general" else set()
-    )
+    ((_, listener, _),) = hook_listeners([HookRow(nn.Identity(), ".layers.0", entries)], session.scope_gate(3, collector))
     assert listener.__name__ == kind
 
     def call() -> None:
@@ -71,9 +69,8 @@ def test_held_listeners_record_exactly_when_their_forward_session_records(kind: 
     key, recorder = KINDS[kind]
     entries = (entry_of(key, recorder),)
     ours, other = Session(Collector([key]), block=False), Session(Collector([key]), block=False)
-    listener = _listener(
-        (nn.Identity(), ".layers.0", entries), Sessions(forward_context(), (other, ours)), {key} if kind == "general" else set()
-    )
+    served = Sessions(forward_context(), (other, ours))
+    ((_, listener, _),) = hook_listeners([HookRow(nn.Identity(), ".layers.0", entries)], served)
     assert listener.__name__ == kind
     recorded: list[bool] = []
 

@@ -8,7 +8,7 @@ from torch import nn
 
 from yamltrace import CaptureError
 from yamltrace.engine import OutputRecorder
-from yamltrace.engine._collector import Collector, Sessions, _listener, entry_of
+from yamltrace.engine._collector import Collector, HookRow, Sessions, entry_of, hook_listeners
 from yamltrace.engine._session import Session, forward_context
 from yamltrace.examples.tiny import TinyDecoderLayer
 from yamltrace.tracing import trace
@@ -30,7 +30,9 @@ def run(key: str, recorder: OutputRecorder, calls: list, selections=None, specia
     for use_listener in (True, False):
         collector = Collector([key], selections)
         session = Session(collector, block=False)
-        listener = _listener((nn.Identity(), ".layers.0", entries), Sessions(forward_context(), (session,)), {key})
+        ((_, listener, _),) = hook_listeners(
+            [HookRow(nn.Identity(), ".layers.0", entries)], Sessions(forward_context(), (session,))
+        )
         if use_listener:
             assert (listener.__name__ == "selected") == specialised
         token = session.enter()  # the innermost decorated forward: the listener records
