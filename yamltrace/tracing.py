@@ -130,7 +130,7 @@ def plan(
 
     `model` is the module inside any DDP, FSDP or torch.compile wrapper (`trace` unwraps it first).
     The plan is kept on the model: called again with the same arguments on an unchanged model, it
-    returns the same plan (`engine._plan_cache` says what "unchanged" covers).
+    returns the same plan (`engine._plans` says what "unchanged" covers).
     """
     return _kept(model, spec, outputs, strict).plan
 
@@ -142,7 +142,7 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
         outputs = tuple(outputs)
     if type(spec) is not dict and isinstance(spec, (str, os.PathLike)):  # (a dict first: ABC checks call Python)
         spec = load_spec(spec, for_model=model)  # (the same Spec while the file is unchanged)
-    key, refers_to = _plan_key(model, spec, outputs, strict)
+    key = _plan_key(model, spec, outputs, strict)
     kept = None if key is None else kept_plan(model, key)
     if kept is None:
         scopes, explicit, followed = _resolve(model, spec, strict)
@@ -151,7 +151,7 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
         dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, chosen, strict)
         weights = [] if followed is None else attention_weight_issues(model, followed, checked=chosen)
         checks = None if followed is None else _attention_reads(model, followed)
-        kept = keep_plan(model, key, refers_to, planned, scopes, (dead, weights, followed), explicit, checks)
+        kept = keep_plan(model, key, planned, scopes, (dead, weights, followed), explicit, checks)
     dead, weights, followed = kept.warnings
     if dead:
         warn_dead(dead, stacklevel=4)  # warn_dead, _kept, __enter__ (or plan), the caller
@@ -181,23 +181,24 @@ def _dead_recorders(
     return issues
 
 
-def _plan_key(model: nn.Module, spec: Any, outputs: Any, strict: bool) -> tuple[Hashable, Any]:
-    """What a block's plan is built from besides the model's structure and configs (`engine._plan_cache`),
-    and the object the key names by identity; (None, None) for what is planned every time (a spec
-    document given as a mapping, an argument `plan` refuses)."""
+def _plan_key(model: nn.Module, spec: Any, outputs: Any, strict: bool) -> Hashable:
+    """What a block's plan is built from besides the model's structure and configs (`engine._plans`),
+    by content: a spec compares by what it declares (and the file it names, which its warnings
+    locate), never by identity; None for what is planned every time (a spec document given as a
+    mapping, an argument `plan` refuses)."""
     if spec is None:
         attached = attached_spec(model)
-        what: Hashable = ("model", normalized_tasks(_map_of(model)), id(attached))
-        refers_to, patches = attached, attached is not None and bool(attached.patches)
+        what: Hashable = ("model", normalized_tasks(_map_of(model)), attached, None if attached is None else attached.source)
+        patches = attached is not None and bool(attached.patches)
     elif isinstance(spec, Spec):
-        what, refers_to, patches = ("spec", id(spec)), spec, bool(spec.patches)
+        what, patches = ("spec", spec, spec.source), bool(spec.patches)
     elif (type(spec) is dict or isinstance(spec, Mapping)) and "yamltrace" not in spec and "interventions" not in spec:
-        what, refers_to, patches = ("dict", normalized_tasks(spec)), None, False
+        what, patches = ("dict", normalized_tasks(spec)), False
     else:
-        return None, None
+        return None
     device = model_device(model) if patches else None
     # (The attention implementations the attention-weight check read are the kept plan's `checks`.)
-    return (what, swap_pairs(model), device, outputs, strict), refers_to
+    return (what, swap_pairs(model), device, outputs, strict)
 
 
 def trace(

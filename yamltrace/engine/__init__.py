@@ -1,11 +1,11 @@
 """The capture engine: recorders, which modules to hook (plans), what a hook records, and sessions.
 
-Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules, cached) ->
+Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules: the walk) ->
 `_collector` (what the hooks record, on torch hooks via `_intercept`, and which collector records a call) ->
 `_session` (sessions in this context, flags, the tie-last rule) -> `_held` (hooks a decorated model
 keeps between capturing forwards) -> `_scopes` (which submodules keep their own captures, where they
-tie) -> `_trace_plan` / `_trace_run` (a `trace` block's plan, then its run) -> `_plan_cache` (plans
-kept on the model for the next block); `_wrappers` sees
+tie) -> `_trace_plan` / `_trace_run` (a `trace` block's plan, then its run) -> `_plans` (the one
+cache: plans kept on the model for the next block); `_wrappers` sees
 through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest of the package uses.
 """
 
@@ -19,7 +19,7 @@ from ._held import hold_hooks, release_hooks
 from ._padding import PaddingWatch, tasks_watch
 from ._padding_warning import shared_warning, warning_state
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
-from ._plan_cache import KeptPlan, forget_plans, keep_plan, kept_plan
+from ._plans import KeptPlan, forget_plans, keep_plan, kept_plan
 from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
 from ._scopes import decorated_paths, is_under, scope_modules
 from ._selection import position_counter, resolve_selections

@@ -2,8 +2,8 @@
 
 A `capture_outputs` forward that captures takes its hooks from `hold_hooks`: the first one installs
 them, later ones with the same keys reuse them while the plan still describes the model
-(`PlanGuard`: no structure change since, see `_plan`), so an evaluation loop pays neither the plan
-check of the cache nor installing and removing per forward. `release_hooks` (called by every
+(`PlanGuard`: no structure change since, see `_plan`), so an evaluation loop pays neither a walk of
+the model nor installing and removing per forward. `release_hooks` (called by every
 decorated forward that captures nothing, and public as `yamltrace.release_hooks`) removes them; so
 does the model's collection. Between two capturing forwards the hooked modules carry hooks
 that record nothing (no session of theirs is running). Each capturing forward starts and finishes

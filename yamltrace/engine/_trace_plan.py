@@ -3,7 +3,7 @@
 `plan_trace` reads the model and the block's resolved scopes (`Scope`: from a spec, or from the
 model's decorated forwards) and changes nothing: no hook, no collector, no recording state, which
 are the run's (`_trace_run`). So a plan can be checked without a forward, and a later block on the
-same model and spec reuses it while the model is unchanged (`_plan_cache`) and nothing it read from
+same model and spec reuses it while the model is unchanged (`_plans`) and nothing it read from
 a config would be read differently (`stale`). Plans
 follow transformers' scopes (`_scopes`): the outermost scopes that record are *exposed*, their keys
 named by `exposed_names`; nested scopes only shadow them; hidden states tie at each scope's tie points.

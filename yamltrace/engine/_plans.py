@@ -1,12 +1,14 @@
-"""The plans of `trace` blocks, kept on their model: a block on the same model and arguments as an
-earlier one reuses its plan instead of planning again.
+"""The one cache: plans of `trace` blocks, kept on their model, so a block on the same model and
+arguments as an earlier one reuses its plan instead of planning again (planning reads the whole
+model and runs the spec checks; a kept plan is one structure check).
 
-A kept plan is reused only while it is what planning again would give:
-- its key is equal: the caller's (`tracing`) names everything the plan was built from besides the
-  model's structure and configs (the spec, by identity or content, the model's own map, the attached
-  spec, the model's swaps and device, `outputs`, `strict`);
-- the model's structure is unchanged: a `_plan.PlanGuard` over every module of the model (a module
-  added, removed or replaced, a class reassigned, a patch applied, `invalidate()`);
+A kept plan is reused only while it is what planning again would give (this module holds the rule):
+- its key is equal: the caller (`tracing`) builds it from the *content* of everything the plan was
+  built from besides the model's structure and configs (the spec or the model's own map, the
+  attached spec, the model's swaps and device, `outputs`, `strict`); never from object identity;
+- the model's structure is unchanged: the `_plan.PlanGuard` of a walk over every module of the model
+  (a module added, removed, replaced or moved, by the container methods or `_modules` by hand, a
+  class reassigned, a patch applied, `invalidate()`);
 - what it read from configs would be read the same (`_trace_plan.stale`: tie-last settings, layer
   counts of negative `layers`), and so would what the caller's checks read (`checks`: the attention
   implementations the attention-weight check of `tracing` read).
@@ -27,7 +29,7 @@ from typing import Any
 
 from torch import nn
 
-from ._plan import plan_hooks
+from ._plan import PlanGuard, plan_hooks
 from ._padding import plan_watch
 from ._trace_plan import Scope, TracePlan, config_reads, stale
 from ._trace_run import TraceRun
@@ -40,17 +42,15 @@ MAX_PLANS = 8
 
 
 class KeptPlan:
-    """A plan kept on its model: its key, what the key names by identity (kept alive so that no id is
-    reused), the structure guard, the plan and the scopes it was planned from, the issues planning
-    reported as warnings, the explicit spec (None without one), what the caller's checks read, what
-    the plan read from configs (`_trace_plan.config_reads`)."""
+    """A plan kept on its model: its key, the structure guard, the plan and the scopes it was planned
+    from, the issues planning reported as warnings, the explicit spec (None without one), what the
+    caller's checks read, what the plan read from configs (`_trace_plan.config_reads`)."""
 
-    __slots__ = ("key", "refers_to", "guard", "plan", "scopes", "warnings", "spec", "checks", "reads", "padding")
+    __slots__ = ("key", "guard", "plan", "scopes", "warnings", "spec", "checks", "reads", "padding")
 
     def __init__(
         self,
         key: Hashable,
-        refers_to: Any,
         guard: Any,
         plan: TracePlan,
         scopes: Sequence[Scope],
@@ -58,7 +58,7 @@ class KeptPlan:
         spec: Any,
         checks: Any = None,
     ) -> None:
-        self.key, self.refers_to, self.guard = key, refers_to, guard
+        self.key, self.guard = key, guard
         self.plan, self.scopes, self.warnings, self.spec = plan, tuple(scopes), warnings, spec
         self.checks = checks  # what the caller's checks read (`holds()`: still read the same), or None
         reads = config_reads(plan, self.scopes)
@@ -115,7 +115,6 @@ def kept_plan(model: nn.Module, key: Hashable) -> KeptPlan | None:
 def keep_plan(
     model: nn.Module,
     key: Hashable,
-    refers_to: Any,
     plan: TracePlan,
     scopes: Sequence[Scope],
     warnings: Any,
@@ -126,8 +125,8 @@ def keep_plan(
     `checks`: what the caller's checks read besides (an object whose `holds()` says it reads the same).
     A key of None is not kept (the plan is returned for its one block)."""
     if key is None:
-        return KeptPlan(None, refers_to, None, plan, scopes, warnings, spec, checks)
-    kept = KeptPlan(key, refers_to, _guard(model, scopes), plan, scopes, warnings, spec, checks)
+        return KeptPlan(None, None, plan, scopes, warnings, spec, checks)
+    kept = KeptPlan(key, _guard(model), plan, scopes, warnings, spec, checks)
     plans = _plans(model)
     if plans is None:
         plans = model.__dict__[ATTRIBUTE] = _Plans(model)
@@ -136,12 +135,10 @@ def keep_plan(
     return kept
 
 
-def _guard(model: nn.Module, scopes: Sequence[Scope]) -> Any:
-    """A guard over every module of `model`: any walk from the root visits them all, so the root scope's
-    own walk (cached by `plan_hooks` as the plan was built) gives it, else a walk recording nothing."""
-    root = next((s for s in scopes if s.module is model and s.tasks), None)
-    tasks, nested_maps = (root.tasks, root.nested_maps) if root is not None else ((), False)
-    return plan_hooks(model, tasks, nested_maps=nested_maps, guarded=True)[1]
+def _guard(model: nn.Module) -> PlanGuard:
+    """A guard over every module of `model` (a walk from the root recording nothing)."""
+    guard: PlanGuard = plan_hooks(model, (), nested_maps=False, guarded=True)[1]
+    return guard
 
 
 def forget_plans(model: nn.Module) -> None:

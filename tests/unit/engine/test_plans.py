@@ -1,20 +1,20 @@
-"""Cached hook plans: reused while the model is unchanged, never stale, never keeping a model alive."""
+"""Plans: walked afresh (never stale), the one cache of `trace` plans reused while the model is unchanged
+and its key's content is equal, never keeping a model alive."""
 
 from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Callable
 
 import pytest
 import torch
 from torch import nn
 
 import yamltrace.engine as engine
-from yamltrace.engine._plan import cache_info
 from yamltrace.patch import patch_model, patch_output_recorders
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
-from yamltrace.tracing import trace
+from yamltrace.spec import Spec
+from yamltrace.tracing import plan, trace
 
 
 class OtherLayer(nn.Module):
@@ -32,32 +32,42 @@ class MarkedAttention(TinyAttention):
     """A TinyAttention subclass that adds no state."""
 
 
-@pytest.fixture
-def walks() -> Callable[[], int]:
-    """How many times `plan_hooks` walked a model (rather than took its plan from the cache) since the test began."""
-    start = cache_info().misses
-    return lambda: cache_info().misses - start
-
-
 def hidden_count(model: TinyModel, ids: torch.Tensor) -> int:
     return len(model(ids, output_hidden_states=True).hidden_states)
 
 
-def test_an_unchanged_model_is_walked_once(model, ids, walks) -> None:
+def test_an_unchanged_model_keeps_its_plan_and_its_captures(model, ids) -> None:
     first = model(ids, output_hidden_states=True, output_attentions=True)
     second = model(ids, output_hidden_states=True, output_attentions=True)
-    assert walks() == 1
     for key in ("hidden_states", "attentions"):
         assert len(first[key]) == len(second[key]) > 0
         for a, b in zip(first[key], second[key]):
             assert torch.equal(a, b)
+    assert plan(model) is plan(model)
 
 
-def test_other_keys_get_their_own_plan(model, ids, walks) -> None:
-    model(ids, output_hidden_states=True)
-    model(ids, output_attentions=True)
-    model(ids, output_hidden_states=True)
-    assert walks() == 2
+def test_plans_are_kept_by_the_content_of_their_spec(model) -> None:
+    """Equal specs built apart (and a dict declaring the same) share a plan; another content does not."""
+    one = Spec(outputs={"hidden_states": TinyDecoderLayer})
+    same = Spec(outputs={"hidden_states": TinyDecoderLayer})
+    assert one is not same and plan(model, one) is plan(model, same)
+    as_dict = {"hidden_states": TinyDecoderLayer}
+    assert plan(model, as_dict) is plan(model, dict(as_dict))
+    other = Spec(outputs={"hidden_states": TinyDecoderLayer, "attentions": TinyAttention})
+    assert plan(model, other) is not plan(model, one)
+    assert [o.name for o in plan(model, other).outputs] == ["hidden_states", "attentions"]
+
+
+def test_a_spec_from_another_file_gets_its_own_plan(model, tmp_path) -> None:
+    """What planning warns about names the spec's file: an equal spec from another file is planned for itself."""
+    text = "yamltrace: 1\noutputs:\n  hidden_states: yamltrace.examples.tiny:TinyDecoderLayer\n"
+    (tmp_path / "a.yaml").write_text(text, encoding="utf-8")
+    (tmp_path / "b.yaml").write_text(text, encoding="utf-8")
+    from yamltrace.spec import load_spec
+
+    a, b = load_spec(tmp_path / "a.yaml", trust_imports=True), load_spec(tmp_path / "b.yaml", trust_imports=True)
+    assert a == b
+    assert plan(model, a) is plan(model, a) is not plan(model, b)
 
 
 def test_a_replaced_submodule_is_hooked_and_the_old_one_is_not(model, ids) -> None:
@@ -163,7 +173,7 @@ def test_the_cache_does_not_keep_a_model_alive(ids) -> None:
     with trace(model) as captures:
         model(ids)
     assert captures["hidden_states"]
-    assert cache_info().models >= 1
+    assert plan(model) is plan(model)  # kept
     ref = weakref.ref(model)
     del model, captures
     gc.collect()
@@ -181,18 +191,16 @@ class SlicingModel(TinyModel):
         return self.norm(hidden_states)
 
 
-def test_registrations_outside_the_model_keep_its_plan(walks, ids) -> None:
+def test_registrations_outside_the_model_keep_its_plan(ids) -> None:
     model = SlicingModel(TinyConfig(num_hidden_layers=3)).eval()
     spec = {"hidden_states": TinyDecoderLayer}
+    kept = plan(model, spec)
     for _ in range(3):
         with trace(model, spec) as captures:
             model(ids)
         assert len(captures["hidden_states"]) == 4
-    assert walks() == 1
     nn.Sequential(nn.Linear(2, 2))  # a registration into a module no plan visited
-    with trace(model, spec):
-        model(ids)
-    assert walks() == 1
+    assert plan(model, spec) is kept
 
 
 class _Block(nn.Module):
