@@ -1,12 +1,10 @@
-"""What a capture records and which collector records a call: `Collector`, its listeners, their gate.
+"""What a capture records and which collector records a call: `Collector`, its listener, their gate.
 
 A hook is a listener on a module's forward, run by the module's torch forward hook (`_intercept`). It
-records only into the collector of the session that records the call (the *gate*): for hooks held
-by decorated forwards (`Sessions`), the innermost decorated forward's session in the calling
-context; for a `trace` scope's (`ScopeGate`), the block's, while the block is open in this context
-and the scope is the innermost running. The rule is `session_records`; the listeners write it out
-inline (no Python call per hooked call but dynamo's test), and each copy, of the gate and of what
-`Collector.record` keeps, is run against the rule by tests/unit/engine/test_listeners.py.
+asks its *gate* for the collector of the session that records the call, and that collector's one
+`record` step records it: for hooks held by decorated forwards (`Sessions`), the innermost decorated
+forward's session in the calling context; for a `trace` scope's (`ScopeGate`), the block's, while the
+block is open in this context (`block_open`) and the scope is the innermost running.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from ._recorder import OutputRecorder
 
 __all__ = [
     "Collector", "Entry", "HookRow", "HookPlan", "ScopeGate", "Sessions", "Transform", "entry_of", "transform_of",
-    "install_hooks", "hook_listeners", "session_records", "innermost_forward", "open_blocks",
+    "install_hooks", "hook_listeners", "block_open", "session_records", "innermost_forward", "open_blocks",
 ]  # fmt: skip
 
 # The kinds of entry (`Entry.kind`); each but TRANSFORMED and INPUT has its own listener.
@@ -161,25 +159,28 @@ innermost_forward: ContextVar[Any] = ContextVar("yamltrace_innermost_forward", d
 open_blocks: ContextVar[tuple[Any, ...]] = ContextVar("yamltrace_open_blocks", default=())
 
 
-def session_records(session: Any) -> bool:
-    """Whether hooks record into `session` (a `_session.Session`) for the current call: a forward
-    session while it is the innermost decorated forward running in this context, a block session while
-    its block is open in this context (while dynamo traces, which cannot read a `ContextVar`: while it
-    is open, from any thread)."""
-    if not session.block:
-        return innermost_forward.get() is session
+def block_open(session: Any) -> bool:
+    """Whether a block session's block is open in the calling context; while dynamo traces, which
+    cannot read a `ContextVar`, while it is open at all. The one home of this compile/eager branch:
+    listeners, frames and edits all ask it."""
     # is_dynamo_compiling: one call, where is_compiling makes two.
     return session.open if is_dynamo_compiling() else session in open_blocks.get()
 
 
-class Sessions:
-    """The decorated forwards' sessions hooks installed together serve (`_held`: the capturing forwards
-    of one model running now, one per thread, replaced as they start and end).
+def session_records(session: Any) -> bool:
+    """Whether hooks record into `session` (a `_session.Session`) for the current call: a forward
+    session while it is the innermost decorated forward running in this context, a block session while
+    its block is open in this context (`block_open`)."""
+    if not session.block:
+        return innermost_forward.get() is session
+    return block_open(session)
 
-    A call records into the one of them that is the innermost decorated forward running in the
-    calling context: the value of `innermost` (`innermost_forward`), by `session_records`' rule for
-    a forward session. The listeners test it inline.
-    """
+
+class Sessions:
+    """The gate of hooks held by a decorated model (`_held`): the capturing forwards of that model
+    running now, one per thread, replaced as they start and end. A call records into the one of them
+    that is the innermost decorated forward running in the calling context (`session_records`' rule
+    for a forward session)."""
 
     __slots__ = ("sessions", "innermost")
 
@@ -187,18 +188,31 @@ class Sessions:
         self.innermost = innermost  # a ContextVar: the innermost decorated forward's session
         self.sessions = sessions
 
+    def collector(self) -> Collector | None:
+        """The collector this call records into, or None."""
+        held = self.sessions
+        if not held:  # (first: dynamo may trace this, and cannot read the ContextVar)
+            return None
+        session = self.innermost.get()
+        return session.collector if session in held else None
+
 
 class ScopeGate:
-    """What the hooks of one `trace` scope record into, and when: `collector`, while the block's
-    `session` records in this context (`session_records`: it is in `blocks`, the open blocks) and
-    scope number `number` is the innermost of the block's `scopes` running now (a nested scope
-    shadows its parent). The listeners read these fields and test them inline.
-    """
+    """The gate of one `trace` scope's hooks: they record into `recording` while the block's `session`
+    is open in this context (`block_open`) and scope number `number` is the innermost of the block's
+    `scopes` running now (a nested scope shadows its parent)."""
 
-    __slots__ = ("collector", "session", "scopes", "number", "blocks")
+    __slots__ = ("recording", "session", "scopes", "number")
 
     def __init__(self, collector: Collector, session: Any, scopes: list[int], number: int) -> None:
-        self.collector, self.session, self.scopes, self.number, self.blocks = collector, session, scopes, number, open_blocks
+        self.recording, self.session, self.scopes, self.number = collector, session, scopes, number
+
+    def collector(self) -> Collector | None:
+        """The collector this call records into, or None."""
+        scopes = self.scopes
+        if scopes and scopes[-1] == self.number and block_open(self.session):
+            return self.recording
+        return None
 
 
 def install_hooks(plan: HookPlan, served: Sessions | ScopeGate, into: Interception) -> None:
@@ -210,197 +224,15 @@ def install_hooks(plan: HookPlan, served: Sessions | ScopeGate, into: Intercepti
 def hook_listeners(plan: HookPlan, served: Sessions | ScopeGate) -> list[tuple[nn.Module, Listener, HookRow]]:
     """What `install_hooks` installs, `(module, listener, row)` per planned module: listeners on the
     module's interceptor (`_intercept`), run by its torch forward hook."""
-    transformed = {entry.key for _, _, entries in plan for entry in entries if entry.transform is not None}
-    parts = _gate_parts(served)
-    return [(row[0], _listener(row, parts, transformed), row) for row in plan]
+    return [(row[0], _listener(row[1], row[2], served), row) for row in plan]
 
 
-def _listener(row: tuple[nn.Module, str, tuple[Entry, ...]], parts: GateParts, transformed: set[str]) -> Any:
-    """The listener of one planned module, by its entries' kinds: a specialised one for one entry
-    that only keeps positions (SELECTED), or that keeps the reference (HIDDEN, OTHER) for a key no
-    entry transforms; else the general `Collector.record`. The specialised ones fall back to `record`
-    for a collector with selections, and for the error of an index out of range.
+def _listener(path: str, entries: tuple[Entry, ...], served: Sessions | ScopeGate) -> Listener:
+    """The listener of one planned module: the gate's collector, if any, records the call."""
 
-    Each listener first finds the collector of the call, if any (the gate, written out in each: see
-    the module docstring). One factory per kind, each defining only its own closure: a capture that
-    installs builds one listener per hooked module.
-    """
-    path, entries = row[1], row[2]
-    if len(entries) == 1:
-        kind = entries[0].kind
-        if kind == SELECTED:
-            return _selection_listener(path, entries, parts)
-        if kind == HIDDEN and entries[0].key not in transformed:
-            return _hidden_states_listener(path, entries, parts)
-        if kind == OTHER and entries[0].key not in transformed:
-            return _other_listener(path, entries, parts)
-    # Several entries, a transform (detach, to, dtype), or an input recorder.
-    return _general_listener(path, entries, parts)
-
-
-def _general_listener(path: str, entries: tuple[Entry, ...], parts: GateParts) -> Any:
-    """A listener that records through `Collector.record`."""
-    gate, sessions, innermost, scopes, number, block, blocks, gated = parts
-
-    def general(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        if gate is None:
-            held = sessions.sessions
-            if held and (session := innermost.get()) in held:  # (`held` first: see `hidden_states`)
-                session.collector.record(path, entries, args, kwargs, output)
-        elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
-            gated.record(path, entries, args, kwargs, output)
-
-    return general
-
-
-def _hidden_states_listener(path: str, entries: tuple[Entry, ...], parts: GateParts) -> Any:
-    """A listener for one `hidden_states` entry without a transform: append the value (and, first,
-    the module's input as the initial hidden state)."""
-    gate, sessions, innermost, scopes, number, block, blocks, gated = parts
-    key, source, initial, _ = entries[0]
-    index: int = source  # type: ignore[assignment]  # (an int here: input recorders take the general listener)
-    input_path = path + ":input"
-
-    # Closes over plain objects only (no bound built-in methods): dynamo guards on those by identity.
-    def hidden_states(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        if gate is None:
-            # No capturing forward running (dynamo may trace this: it cannot read the ContextVar).
-            held = sessions.sessions
-            if not held:
-                return
-            session = innermost.get()
-            if session not in held:
-                return
-            collector = session.collector
-        elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
-            collector = gated
-        else:
-            return
-        values = collector.lists.get(key)
-        if values is None:
-            return
-        if collector.selections:
+    def listener(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        collector = served.collector()
+        if collector is not None:
             collector.record(path, entries, args, kwargs, output)
-            return
-        if isinstance(output, tuple):
-            try:
-                value = output[index]
-            except IndexError:
-                collector.record(path, entries, args, kwargs, output)  # raises the located error
-                return
-        else:
-            value = output
-        paths = collector.paths[key]
-        if initial and len(values) == collector.starts[key]:
-            values.append(args[0] if args else next(iter(kwargs.values()), None))
-            paths.append(input_path)
-        if value is not None:
-            values.append(value)
-            paths.append(path)
 
-    return hidden_states
-
-
-def _other_listener(path: str, entries: tuple[Entry, ...], parts: GateParts) -> Any:
-    """A listener for one entry of another key without a transform: append the value, or note a
-    module that gave `None` (`Collector.silent`)."""
-    gate, sessions, innermost, scopes, number, block, blocks, gated = parts
-    key, source, _, _ = entries[0]
-    index: int = source  # type: ignore[assignment]  # (an int: input recorders take the general listener)
-
-    def other(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        if gate is None:
-            held = sessions.sessions
-            if not held:
-                return
-            session = innermost.get()
-            if session not in held:
-                return
-            collector = session.collector
-        elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
-            collector = gated
-        else:
-            return
-        values = collector.lists.get(key)
-        if values is None:
-            return
-        if collector.selections:
-            collector.record(path, entries, args, kwargs, output)
-        elif isinstance(output, tuple):
-            try:
-                value = output[index]
-            except IndexError:
-                collector.record(path, entries, args, kwargs, output)  # raises the located error
-                return
-            if value is not None:
-                values.append(value)
-                collector.paths[key].append(path)
-            elif not is_compiling():
-                collector.silent.add(path)
-        else:
-            values.append(output)
-            collector.paths[key].append(path)
-            if output is None and not is_compiling():
-                collector.silent.add(path)
-
-    return other
-
-
-# What a listener closes over to find its call's collector (`_gate_parts`).
-GateParts = tuple[Any, ...]
-
-
-def _gate_parts(served: Sessions | ScopeGate) -> GateParts:
-    """What a listener closes over to find its call's collector: (the gate or None, the sessions and
-    the innermost forward's context, then the gate's scopes, number, session, open blocks and
-    collector; placeholders for what the other kind has)."""
-    if isinstance(served, ScopeGate):
-        return served, None, None, served.scopes, served.number, served.session, served.blocks, served.collector
-    return None, served, served.innermost, [], 0, None, None, None
-
-
-def _selection_listener(path: str, entries: tuple[Entry, ...], parts: GateParts) -> Any:
-    """The listener of a module whose one recorder only keeps positions (its transform is the
-    selector `transform_of` returned): select, append, and note the transform for the tied last
-    hidden state, as `Collector.record` would. Everything else goes to `record` before anything is
-    appended: a collector with `layers` selections, the initial hidden state, a `None` element, an
-    index out of range, and a selection that does not fit (which `record` raises, located)."""
-    key, source, initial, transform = entries[0]
-    index: int = source  # type: ignore[assignment]  # (an int: input recorders take the general listener)
-    select: Transform = transform  # type: ignore[assignment]  # (a selector: `kind` is SELECTED)
-    initial = initial and key == "hidden_states"
-    gate, sessions, innermost, scopes, number, block, blocks, gated = parts
-
-    def selected(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        if gate is None:
-            held = sessions.sessions
-            if not held:
-                return
-            session = innermost.get()
-            if session not in held:
-                return
-            collector = session.collector
-        elif scopes and scopes[-1] == number and (block.open if is_dynamo_compiling() else block in blocks.get()):
-            collector = gated
-        else:
-            return
-        values = collector.lists.get(key)
-        if values is None:
-            return
-        if not collector.selections and not (initial and len(values) == collector.starts[key]):
-            value = output
-            if isinstance(output, tuple):
-                value = output[index] if -len(output) <= index < len(output) else None
-            if value is not None:
-                try:
-                    kept = select(value)
-                except PositionError:
-                    pass
-                else:
-                    values.append(kept)
-                    collector.paths[key].append(path)
-                    collector.last_transform[key] = select
-                    return
-        collector.record(path, entries, args, kwargs, output)
-
-    return selected
+    return listener
