@@ -26,7 +26,7 @@ from torch import nn
 
 from ._vocabulary import ATTENTION_WEIGHT_KEYS, returns_no_attention_weights
 from .engine import OutputRecorder, scope_modules
-from .errors import SpecError, SpecIssue
+from .errors import CaptureError, SpecError, SpecIssue
 from .spec import PatchEntry, Spec
 from .spec._patch_rule import PatchRule, model_device, model_swaps, retarget_spec
 
@@ -208,20 +208,35 @@ def warn_no_tensor(model: nn.Module, lists: Mapping[str, list[Any]]) -> None:
     )
 
 
-def warn_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int) -> None:
-    """Warn (once per block) that outputs recorded nothing because their modules, which exist, never ran."""
+def never_ran_message(idle: Mapping[str, tuple[str, ...]], steps: int, *, edits: bool = False) -> str:
+    """Why outputs recorded nothing (`edits`: interventions edited nothing): their modules, which
+    exist, never ran in the block's calls (`steps` of the model; 0 where they are not counted)."""
     listed = "; ".join(
         f"{name!r} ({', '.join(p.lstrip('.') or '<root>' for p in paths[:4])}{', ...' if len(paths) > 4 else ''})"
         for name, paths in idle.items()
     )
-    warnings.warn(
-        f"trace: {listed}: recorded nothing, because these modules exist but did not run in the block's "
-        f"{steps} call(s) of the model. A path of the model may skip them (a fused kernel that never calls "
-        "a dropout or softmax module: switch to the eager path), or the calls ran code compiled before the "
-        "block, which runs no hooks added later (compile under "
-        "`torch._dynamo.config.patch(skip_nnmodule_hook_guards=False)`, or make the compiled model's first "
-        "call inside a block).",
-        stacklevel=4,
+    calls = f"{steps} call(s) of the model" if steps else "calls of the model"
+    return (
+        f"{listed}: {'edited' if edits else 'recorded'} nothing, because these modules exist but did not run in "
+        f"the block's {calls}. A path of the model may skip them (a fused kernel that never calls a dropout or "
+        "softmax module: switch to the eager path), or the calls ran code compiled before the block, which runs "
+        "no hooks added later (compile under `torch._dynamo.config.patch(skip_nnmodule_hook_guards=False)`, or "
+        "make the compiled model's first call inside a block)."
+    )
+
+
+def warn_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int, *, edits: bool = False, stacklevel: int = 4) -> None:
+    """Warn (once per block) that outputs recorded nothing, or interventions edited nothing, because
+    their modules, which exist, never ran."""
+    warnings.warn(f"{'intervene' if edits else 'trace'}: {never_ran_message(idle, steps, edits=edits)}", stacklevel=stacklevel)
+
+
+def raise_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int, *, edits: bool = False) -> None:
+    """`warn_never_ran`'s problem as an error (a block with `strict=True` and an explicit spec)."""
+    what = "the intervention" if edits else "the recorder"
+    raise CaptureError(
+        f"yamltrace: {never_ran_message(idle, steps, edits=edits)} Pass strict=False to warn instead"
+        f"{'' if edits else ', or mark ' + what + ' `optional: true` where a forward may skip its modules'}."
     )
 
 

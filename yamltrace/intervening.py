@@ -19,7 +19,7 @@ from typing import Any
 from torch import nn
 
 from ._run_values import check_run_values
-from ._trace_checks import dead_hints
+from ._trace_checks import dead_hints, raise_never_ran, warn_never_ran
 from .engine import Collector, Interception, Intervention, RuntimeValue, Session, scope_modules, unwrap
 from .engine._editing import EditRow, edit_issue, edits_watch, install_edits, plan_edits
 from .engine._edit_calls import CallCheck
@@ -28,7 +28,7 @@ from .errors import SpecError, did_you_mean
 from .spec import Spec
 from ._spec_arg import SpecLike, as_spec
 
-__all__ = ["InterventionHandle", "apply_interventions", "intervene", "no_module", "planned_edits", "value_names"]
+__all__ = ["BlockEdits", "InterventionHandle", "apply_interventions", "intervene", "no_module", "planned_edits", "value_names"]
 
 Values = Mapping[str, Any]  # `{value: NAME}` -> a tensor, or a list/tuple of one tensor per module
 
@@ -130,18 +130,48 @@ def apply_interventions(
         raise
 
 
-def start_edits(
-    stack: contextlib.ExitStack, rows: Sequence[EditRow], session: Session, root: nn.Module
-) -> Mapping[str, tuple[str, ...]]:
+class BlockEdits:
+    """The edits of one block (`start_edits`): `paths` (intervention name -> the paths of the modules
+    it edits), and which of them have applied so far (`never_ran`)."""
+
+    __slots__ = ("rows", "paths", "ran")
+
+    def __init__(self, rows: Sequence[EditRow]) -> None:
+        self.rows, self.paths = rows, _paths(rows)
+        self.ran: list[bool] = [False] * len(rows)
+
+    def any_ran(self) -> bool:
+        return any(self.ran)
+
+    def never_ran(self) -> dict[str, tuple[str, ...]]:
+        """The interventions none of whose modules ran in the block's calls, with those modules' paths."""
+        ran: dict[str, bool] = {}
+        for row, applied in zip(self.rows, self.ran):
+            ran[row.edit.iv.name] = ran.get(row.edit.iv.name, False) or applied
+        return {name: tuple("." + p for p in self.paths[name]) for name, applied in ran.items() if not applied}
+
+
+def start_edits(stack: contextlib.ExitStack, rows: Sequence[EditRow], session: Session, root: nn.Module) -> BlockEdits:
     """Install `rows` for the calls `session` records (a block session); closing `stack` removes them.
     Edits with `positions` or `layers` also get the padding watch's hooks on `root`, whose calls are the
     root calls (`engine._padding`): its mask places `last` / `first`, literal positions on padding warn
     once per block, and so does an edited module of `layers` that runs twice in a call (`_edit_calls`)."""
+    edits = BlockEdits(rows)
     if rows:
         owner = Interception()
         stack.callback(owner.remove)  # (first: whatever interrupts the installation, closing removes it)
-        _install(owner, rows, session, root, session.recording, warning_state(kind="intervention"))
-    return _paths(rows)
+        edits.ran = _install(owner, rows, session, root, session.recording, warning_state(kind="intervention"))
+    return edits
+
+
+def report_never_ran(edits: BlockEdits, steps: int, strict: bool, stacklevel: int) -> None:
+    """At the end of a block that ran the model: the interventions that edited nothing because their
+    modules never ran (a `CaptureError` with `strict`, else a warning)."""
+    idle = edits.never_ran()
+    if idle and strict:
+        raise_never_ran(idle, steps, edits=True)
+    if idle:
+        warn_never_ran(idle, steps, edits=True, stacklevel=stacklevel + 1)
 
 
 def _install(
@@ -151,16 +181,18 @@ def _install(
     root: nn.Module,
     active: Callable[[], bool],
     warned: list[bool],
-) -> None:
+) -> list[bool]:
     """Install `rows` (for the calls `session` records; every call with None) into `owner`, with the
-    padding watch's hooks on `root` and the check of `layers` edits that run twice, where needed."""
-    install_edits(rows, session, owner)
+    padding watch's hooks on `root` and the check of `layers` edits that run twice, where needed.
+    Returns, per row, whether its edit has applied since (`install_edits`)."""
+    ran = install_edits(rows, session, owner)
     check = CallCheck.of(rows)
     watch = edits_watch(rows, check is not None)
     if watch is not None:
         watch.hooks(root, active, warned, None if check is None else check.finished, owner)
     if check is not None:
         check.install(owner)
+    return ran
 
 
 @contextlib.contextmanager
@@ -175,7 +207,9 @@ def intervene(
             with `interventions`).
         values: the tensors of `{value: NAME}` values: `NAME -> tensor` (applied to every module the
             intervention edits) or `NAME -> list/tuple` (one tensor per module, in module order).
-        strict: an intervention that selects no module is a located `SpecError` (else a warning).
+        strict: an intervention that selects no module is a located `SpecError` (else a warning); one
+            whose modules never ran in the block's calls of the model (while another's did) is a
+            `CaptureError` when the block ends (else a warning).
 
     Yields:
         A read-only mapping: intervention name -> the paths of the modules it edits, in order.
@@ -200,6 +234,8 @@ def intervene(
     rows = planned_edits(inner, as_spec(inner, spec), values, strict=strict)
     session = Session(Collector(()), block=True)
     with contextlib.ExitStack() as stack:
-        paths = start_edits(stack, rows, session, model)
+        edits = start_edits(stack, rows, session, model)
         stack.callback(session.exit, session.enter())
-        yield paths
+        yield edits.paths
+    if edits.any_ran():  # (the model ran: an intervention that edited nothing never ran)
+        report_never_ran(edits, 0, strict, stacklevel=4)

@@ -25,12 +25,12 @@ from ._captures import Captures
 from ._vocabulary import ATTENTION_WEIGHT_KEYS
 from ._spec_arg import SpecLike, as_spec
 from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
-from ._trace_checks import warn_dead, warn_never_ran, warn_no_tensor
+from ._trace_checks import raise_never_ran, warn_dead, warn_never_ran, warn_no_tensor
 from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
 from .engine import TraceScope as _Scope
 from .engine import TraceRun, plan_trace, unwrap
 from .errors import SpecError
-from .intervening import planned_edits, start_edits
+from .intervening import BlockEdits, planned_edits, report_never_ran, start_edits
 from .spec import Spec, load_spec
 from .spec._patch_rule import model_device, swap_pairs
 
@@ -218,7 +218,9 @@ def trace(
             (each records its own captures, as transformers does), else the root's own map.
         outputs: the keys to capture (default: every key).
         strict: with an explicit spec, a recorder that matches no module of the model is a `SpecError`
-            located at the recorder (unless marked `optional`); `strict=False` makes it a warning.
+            located at the recorder (unless marked `optional`), and one whose modules exist but never
+            ran in the block's calls of the model a `CaptureError` when the block ends (so is an
+            intervention that edited nothing for that reason); `strict=False` makes them warnings.
         values: the tensors of the spec's `{value: NAME}` interventions, as `intervene` takes them.
 
     Yields:
@@ -261,7 +263,7 @@ class _Block:
     def __init__(self, outer: nn.Module, spec: Any, outputs: Any, strict: bool, values: Mapping[str, Any] | None) -> None:
         # Steps are calls of `outer` (a DDP, FSDP or torch.compile wrapper, or the model); all else sees the model inside.
         self._outer, self._spec, self._outputs, self._strict, self._values = outer, spec, outputs, strict, values
-        self._open: list[tuple[TraceRun, Any, nn.Module]] = []  # per entry: run, edits, model
+        self._open: list[_Opened] = []  # one per entry
 
     def __enter__(self) -> Captures:
         model = unwrap(self._outer)
@@ -272,22 +274,32 @@ class _Block:
             if values or explicit and explicit.interventions
             else []
         )
-        run = kept.run()
-        edits = contextlib.ExitStack()
-        self._open.append((run, edits, model))  # (first: an interrupted start is still closed)
+        opened = _Opened(kept.run(), model, explicit if self._strict else None, self._strict)
+        self._open.append(opened)  # (first: an interrupted start is still closed)
+        run = opened.run
         try:
             if rows:  # edited values are what the block's captures record
-                start_edits(edits, rows, run.session, self._outer)
+                opened.edits = start_edits(opened.stack, rows, run.session, self._outer)
             run.start(self._outer)
             return Captures(run.lists, run.ends, run.paths, model)
         except BaseException:
             self._open.pop()
-            _close(run, edits)
+            _close(opened, failed=True)
             raise
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
-        run, edits, model = self._open.pop()
-        _close(run, edits, None if kind is not None else model)
+        _close(self._open.pop(), failed=kind is not None)
+
+
+class _Opened:
+    """One entry of a block: its run, the stack its edits are removed by, the model inside any wrapper,
+    the explicit spec under `strict` (None otherwise) and `strict`, and its edits (None without)."""
+
+    __slots__ = ("run", "stack", "model", "spec", "strict", "edits")
+
+    def __init__(self, run: TraceRun, model: nn.Module, spec: Spec | None, strict: bool) -> None:
+        self.run, self.stack, self.model, self.spec, self.strict = run, contextlib.ExitStack(), model, spec, strict
+        self.edits: BlockEdits | None = None
 
 
 def stepwise(
@@ -320,27 +332,47 @@ class _Stepwise(_Block):
     def take(self) -> dict[str, tuple[Any, ...]]:
         """The captures of the calls finished since the last `take` (or `skip`), which the block forgets;
         an output whose modules gave no tensor warns, as at the end of a `trace` block."""
-        run, _, model = self._open[-1]
+        run, model = self._open[-1].run, self._open[-1].model
         if run.ends and (silent := run.silent_outputs()):
             warn_no_tensor(model, silent)
         return run.take()
 
     def skip(self) -> None:
         """Forget what the block recorded so far (calls the loop did not make itself)."""
-        run = self._open[-1][0]
+        run = self._open[-1].run
         if run.ends:
             run.take()
 
 
-def _close(run: TraceRun, edits: Any, model: nn.Module | None = None) -> None:
-    """End a block: stop its run, remove its edits, and (for a block that did not raise, `model`) say
-    which outputs recorded no tensor."""
+def _close(opened: _Opened, failed: bool) -> None:
+    """End a block: stop its run, remove its edits, and (for a block that did not raise and ran the
+    model) say which outputs recorded no tensor, which recorded nothing because their modules never
+    ran (an error for a recorder of a strict block's explicit spec that is not optional, else a
+    warning), and which interventions edited nothing because theirs never ran (an error if strict)."""
+    run = opened.run
     try:
         run.stop()
     finally:
-        edits.close()
-    if model is not None and run.ends:
-        if silent := run.silent_outputs():
-            warn_no_tensor(model, silent)  # (stack: here, __exit__, the caller)
-        if idle := run.never_ran():
-            warn_never_ran(idle, len(run.ends))
+        opened.stack.close()
+    if failed or not run.ends:
+        return
+    steps = len(run.ends)
+    if silent := run.silent_outputs():
+        warn_no_tensor(opened.model, silent)  # (stack: here, __exit__, the caller)
+    if idle := run.never_ran():
+        required = {name: paths for name, paths in idle.items() if _required(run.plan, name, opened.spec)}
+        if required:
+            raise_never_ran(required, steps)
+        warn_never_ran(idle, steps)
+    if opened.edits is not None:
+        report_never_ran(opened.edits, steps, opened.strict, stacklevel=4)
+
+
+def _required(plan: TracePlan, name: str, spec: Spec | None) -> bool:
+    """Whether output `name` of `plan` has a recorder in `spec` (None: none) that is not optional."""
+    if spec is None:
+        return False
+    output = next(o for o in plan.outputs if o.name == name)
+    path = next(s.path for s in plan.scopes if s.number == output.scope)
+    section = spec.outputs if not path else spec.scopes[path].outputs if path in spec.scopes else {}
+    return any(not recorder.optional for recorder in section.get(output.key, ()))

@@ -73,7 +73,7 @@ def test_the_direct_path_gives_what_the_general_path_gives(value_name, tensor_na
     if session is not None:
         gate = Session(Collector(()), block=True)
         token = gate.enter()
-    gated = _gated(direct, gate)
+    gated = _gated(direct, gate, [False], 0)
     for _ in range(2):  # the second call: after the general path kept a value converted
         output = TENSORS[tensor_name]()
         expected = outcome(general.output, output)
@@ -85,7 +85,7 @@ def test_the_direct_path_gives_what_the_general_path_gives(value_name, tensor_na
 
 
 def test_a_vector_that_would_grow_the_tensor_is_a_located_error_on_the_direct_path() -> None:
-    gated = _gated(edit_of("add", torch.ones(H)), None)
+    gated = _gated(edit_of("add", torch.ones(H)), None, [False], 0)
     with pytest.raises(SpecError, match=r"shape \(4,\) does not broadcast to the values of shape \(2, 3, 1\)"):
         gated(torch.zeros(2, 3, 1))
 
@@ -93,7 +93,7 @@ def test_a_vector_that_would_grow_the_tensor_is_a_located_error_on_the_direct_pa
 @pytest.mark.parametrize("operation", ["add", "scale"])
 def test_a_vector_that_requires_grad_gets_gradients_on_the_direct_path(operation) -> None:
     vector = torch.linspace(-1, 1, H, requires_grad=True)
-    gated = _gated(edit_of(operation, vector), None)
+    gated = _gated(edit_of(operation, vector), None, [False], 0)
     x = torch.ones(2, 3, H)
     gated(x).sum().backward()
     expected = torch.full((H,), 6.0) if operation == "add" else x.sum((0, 1))
@@ -103,7 +103,7 @@ def test_a_vector_that_requires_grad_gets_gradients_on_the_direct_path(operation
 def test_a_value_that_requires_grad_is_converted_per_call_not_kept() -> None:
     vector = torch.linspace(-1, 1, H, dtype=torch.float64, requires_grad=True)
     edit = edit_of("add", vector)
-    gated = _gated(edit, None)
+    gated = _gated(edit, None, [False], 0)
     for _ in range(2):
         gated(torch.ones(2, H)).sum().backward()
     assert edit.value is vector and torch.equal(vector.grad, torch.full((H,), 4.0, dtype=torch.float64))
@@ -112,7 +112,7 @@ def test_a_value_that_requires_grad_is_converted_per_call_not_kept() -> None:
 def test_outputs_are_new_tensors_on_the_direct_path() -> None:
     x = torch.zeros(2, H)
     before = x.clone()
-    edited = _gated(edit_of("add", torch.ones(H)), None)(x)
+    edited = _gated(edit_of("add", torch.ones(H)), None, [False], 0)(x)
     assert edited is not x and torch.equal(x, before) and torch.equal(edited, torch.ones(2, H))
 
 
@@ -121,7 +121,7 @@ def test_each_output_closures_inline_gate_follows_session_records(value_name) ->
     # Each of `_gated`'s output closures writes `session_records`' rule out: it edits exactly when the rule records.
     operation, make = VALUES[value_name]
     session = Session(Collector(()), block=True)
-    gated = _gated(edit_of(operation, make()), session)
+    gated = _gated(edit_of(operation, make()), session, [False], 0)
     x = torch.full((2, H), 3.0)
 
     def agrees() -> bool:
