@@ -21,7 +21,8 @@ from torch import nn
 from ._run_values import check_run_values
 from ._trace_checks import dead_hints, raise_never_ran, warn_never_ran
 from .engine import Collector, Interception, Intervention, RuntimeValue, Session, scope_modules, unwrap
-from .engine._editing import EditRow, edit_issue, edits_watch, install_edits, plan_edits
+from .engine._edit_gates import install_edits
+from .engine._editing import EditRow, edit_issue, edits_watch, plan_edits
 from .engine._edit_calls import CallCheck
 from .engine._padding_warning import warning_state
 from .errors import SpecError, did_you_mean

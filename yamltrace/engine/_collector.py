@@ -13,12 +13,15 @@ from collections.abc import Iterable
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
+import torch
 from torch import nn
 from torch.compiler import is_compiling, is_dynamo_compiling
 
 from ..errors import CaptureError
 from ._intercept import Interception, Listener
-from ._positions import InputSource, PositionError, Transform, transform_of
+from .._recorder_fields import PADDING_POSITIONS
+from ._padding import padding_selector
+from ._positions import InputSource, PositionError, Transform, positions_selector
 from ._recorder import OutputRecorder
 
 __all__ = [
@@ -66,6 +69,53 @@ def entry_of(key: str, recorder: OutputRecorder) -> Entry:
     """The plan entry of one task: what a hooked module's listener records for `key`."""
     source = recorder.index if recorder.input is None else InputSource(recorder.input, recorder.target_class)
     return Entry(key, source, recorder.capture_initial_hidden_state, transform_of(recorder))
+
+
+def transform_of(recorder: OutputRecorder) -> Transform | None:
+    """What `recorder` does to a captured tensor (detach, keep positions, then move/cast); None when
+    it keeps the reference. A transform that keeps positions says which, and by which mask argument:
+    its `selects` is `(positions, mask)` (read by `_padding.plan_watch`)."""
+    transform = _transform_of(recorder)
+    if transform is not None and recorder.positions is not None:
+        transform.selects = (recorder.positions, recorder.mask)  # type: ignore[attr-defined]
+    return transform
+
+
+def _transform_of(recorder: OutputRecorder) -> Transform | None:
+    detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
+    convert = device is not None or dtype is not None
+    if recorder.positions is None:
+        if not detach and not convert:
+            return None
+        select = None
+    elif recorder.positions in PADDING_POSITIONS:
+        # Without a mask, every position counts: `last` is `[-1]`, `first` is `[0]`. Always a copy.
+        literal = positions_selector((-1,) if recorder.positions == "last" else (0,), recorder.seq_dim)
+        select = padding_selector(recorder.positions, recorder.seq_dim, recorder.mask, literal)
+        if not detach and not convert:
+            return select
+    else:
+        # The selection copies, unless `to`/`dtype` follow (they copy; a view is then enough).
+        select = positions_selector(recorder.positions, recorder.seq_dim, copy=not convert)
+        if not detach and not convert:
+            return select  # passes non-tensors through: one call per captured value
+    # A selection that may be a view must be copied when `to` does not copy.
+    must_copy = select is not None and not select.copies  # type: ignore[attr-defined]
+
+    def transform(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if detach:
+            value = value.detach()
+        if select is not None:
+            value = select(value)
+        if convert:
+            moved = value.to(device=device, dtype=dtype)
+            if moved is not value:
+                return moved
+        return value.clone() if must_copy else value
+
+    return transform
 
 
 class Collector:

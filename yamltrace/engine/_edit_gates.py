@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
 from ._collector import block_open, session_records
 from ._intercept import INPUTS, OUTPUTS, Interception
-
-if TYPE_CHECKING:
-    from ._editing import Edit, EditRow
+from ._editing import Edit, EditRow
 
 __all__ = ["install_edits"]
 

@@ -1,5 +1,5 @@
-"""What an intervention does to one module's values (`Edit`), which modules it edits (`plan_edits`),
-and edits put on the modules' torch hooks (`install_edits`, from `_edit_gates`).
+"""What an intervention does to one module's values (`Edit`) and which modules it edits (`plan_edits`);
+`_edit_gates` puts the edits on the modules' torch hooks.
 
 An edit builds new tensors (out-of-place ops only), so autograd sees it: a value that requires grad
 gets gradients, and the module's own tensor is never written. A region (`positions` along `seq_dim`,
@@ -23,14 +23,13 @@ from torch.compiler import is_compiling
 from ..errors import PositionError, SpecError, SpecIssue
 from .._recorder_fields import PADDING_POSITIONS
 from ._edit import Intervention, RuntimeValue
-from ._edit_gates import install_edits
 from ._heads import HeadSources, count_heads, head_sources
 from ._padding import PaddingWatch, padding_rows, padding_watch
 from ._plan import plan_hooks
 from ._positions import InputSource, positions_index
 from ._selection import position_counter, resolve_positions
 
-__all__ = ["Edit", "EditRow", "edited_modules", "edits_watch", "install_edits", "plan_edits", "edit_issue"]
+__all__ = ["Edit", "EditRow", "edited_modules", "edits_watch", "plan_edits", "edit_issue"]
 
 # A region step of `Edit.tensor`: (dim, index, per_row), `Edit._region` says what each means.
 Step = tuple[int, torch.Tensor, bool]

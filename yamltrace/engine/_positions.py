@@ -1,5 +1,5 @@
-"""Input capture, token-position selection and the transform of a captured value: what a recorder
-takes besides an output element, and what it does to it (`transform_of`).
+"""Input capture and token-position selection: what a recorder takes besides an output element, and
+the selection it keeps of it (a recorder's whole transform is `_collector.transform_of`).
 
 `InputSource` says which argument of a module's forward a recorder records (`OutputRecorder.input`);
 `positions_selector` builds the function that keeps only some token positions of a captured tensor
@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from .._recorder_fields import PADDING_POSITIONS, positions_text_problem
+from .._recorder_fields import positions_text_problem
 from ..errors import PositionError
-from ._padding import padding_selector
-
-if TYPE_CHECKING:
-    from ._recorder import OutputRecorder
 
 __all__ = [
     "InputSource",
@@ -30,7 +26,6 @@ __all__ = [
     "normalize_positions",
     "positions_index",
     "positions_selector",
-    "transform_of",
 ]
 
 # What a recorder's `positions` / `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
@@ -311,50 +306,3 @@ def _parameter_position(target_class: type | tuple[type, ...] | None, name: str)
     if positional and positional[0] == "self":
         positional = positional[1:]
     return positional.index(name) if name in positional else None
-
-
-def transform_of(recorder: OutputRecorder) -> Transform | None:
-    """What `recorder` does to a captured tensor (detach, keep positions, then move/cast); None when
-    it keeps the reference. A transform that keeps positions says which, and by which mask argument:
-    its `selects` is `(positions, mask)` (read by `_padding.plan_watch`)."""
-    transform = _transform_of(recorder)
-    if transform is not None and recorder.positions is not None:
-        transform.selects = (recorder.positions, recorder.mask)  # type: ignore[attr-defined]
-    return transform
-
-
-def _transform_of(recorder: OutputRecorder) -> Transform | None:
-    detach, device, dtype = recorder.detach, recorder.to, recorder.dtype
-    convert = device is not None or dtype is not None
-    if recorder.positions is None:
-        if not detach and not convert:
-            return None
-        select = None
-    elif recorder.positions in PADDING_POSITIONS:
-        # Without a mask, every position counts: `last` is `[-1]`, `first` is `[0]`. Always a copy.
-        literal = positions_selector((-1,) if recorder.positions == "last" else (0,), recorder.seq_dim)
-        select = padding_selector(recorder.positions, recorder.seq_dim, recorder.mask, literal)
-        if not detach and not convert:
-            return select
-    else:
-        # The selection copies, unless `to`/`dtype` follow (they copy; a view is then enough).
-        select = positions_selector(recorder.positions, recorder.seq_dim, copy=not convert)
-        if not detach and not convert:
-            return select  # passes non-tensors through: one call per captured value
-    # A selection that may be a view must be copied when `to` does not copy.
-    must_copy = select is not None and not select.copies  # type: ignore[attr-defined]
-
-    def transform(value: Any) -> Any:
-        if not isinstance(value, torch.Tensor):
-            return value
-        if detach:
-            value = value.detach()
-        if select is not None:
-            value = select(value)
-        if convert:
-            moved = value.to(device=device, dtype=dtype)
-            if moved is not value:
-                return moved
-        return value.clone() if must_copy else value
-
-    return transform
