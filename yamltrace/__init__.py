@@ -56,6 +56,7 @@ _EXPORTS = {
     "merge_with_config_defaults": ".modeling",
     # errors
     "CaptureError": ".errors",
+    "NeverRanWarning": ".errors",
     "PatchError": ".errors",
     "PatchProblem": ".errors",
     "SpecError": ".errors",
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
     from .engine import OutputRecorder, release_hooks
     from .extraction import extract, open_activations
     from .intervening import apply_interventions, intervene
-    from .errors import CaptureError, PatchError, PatchProblem, SpecError, SpecIssue, YamltraceError
+    from .errors import CaptureError, NeverRanWarning, PatchError, PatchProblem, SpecError, SpecIssue, YamltraceError
     from .modeling import ModelOutput, PreTrainedModel, merge_with_config_defaults
     from .patch import (
         PatchHandle,

@@ -26,7 +26,7 @@ from torch import nn
 
 from ._vocabulary import ATTENTION_WEIGHT_KEYS, returns_no_attention_weights
 from .engine import OutputRecorder, scope_modules
-from .errors import CaptureError, SpecError, SpecIssue
+from .errors import CaptureError, NeverRanWarning, SpecError, SpecIssue
 from .spec import PatchEntry, Spec
 from .spec._patch_rule import PatchRule, model_device, model_swaps, retarget_spec
 
@@ -226,18 +226,15 @@ def never_ran_message(idle: Mapping[str, tuple[str, ...]], steps: int, *, edits:
 
 
 def warn_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int, *, edits: bool = False, stacklevel: int = 4) -> None:
-    """Warn (once per block) that outputs recorded nothing, or interventions edited nothing, because
-    their modules, which exist, never ran."""
-    warnings.warn(f"{'intervene' if edits else 'trace'}: {never_ran_message(idle, steps, edits=edits)}", stacklevel=stacklevel)
+    """Warn (once per block) that outputs recorded nothing (a `NeverRanWarning`), or interventions
+    edited nothing, because their modules, which exist, never ran."""
+    message = f"{'intervene' if edits else 'trace'}: {never_ran_message(idle, steps, edits=edits)}"
+    warnings.warn(message, UserWarning if edits else NeverRanWarning, stacklevel=stacklevel)
 
 
-def raise_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int, *, edits: bool = False) -> None:
-    """`warn_never_ran`'s problem as an error (a block with `strict=True` and an explicit spec)."""
-    what = "the intervention" if edits else "the recorder"
-    raise CaptureError(
-        f"yamltrace: {never_ran_message(idle, steps, edits=edits)} Pass strict=False to warn instead"
-        f"{'' if edits else ', or mark ' + what + ' `optional: true` where a forward may skip its modules'}."
-    )
+def raise_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int) -> None:
+    """`warn_never_ran`'s problem of interventions as an error (a block with `strict=True`)."""
+    raise CaptureError(f"yamltrace: {never_ran_message(idle, steps, edits=True)} Pass strict=False to warn instead.")
 
 
 def nearest_config(modules: Mapping[str, nn.Module], path: str) -> Any:

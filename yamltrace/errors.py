@@ -32,6 +32,7 @@ __all__ = [
     "PositionError",
     "FolderError",
     "CacheNameError",
+    "NeverRanWarning",
     "UnverifiedReleaseWarning",
     "format_json_path",
     "did_you_mean",
@@ -251,6 +252,13 @@ class FolderError(YamltraceError, ValueError):
 
 class CacheNameError(YamltraceError, ValueError):
     """The cache was given under two names: `cache` and a deprecated alias (`past_key_values`, `cache_params`)."""
+
+
+class NeverRanWarning(UserWarning):
+    """A `trace` block's key recorded nothing because its modules, which exist, never ran in the block's
+    calls of the model (a fused path that skips them, or code compiled before the block). Make it an
+    error where an empty capture must fail a run: `warnings.simplefilter("error", NeverRanWarning)`, or
+    pytest's `-W error::yamltrace.NeverRanWarning`."""
 
 
 class UnverifiedReleaseWarning(UserWarning):

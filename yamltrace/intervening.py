@@ -21,10 +21,8 @@ from torch import nn
 from ._run_values import check_run_values
 from ._trace_checks import dead_hints, raise_never_ran, warn_never_ran
 from .engine import Collector, Interception, Intervention, RuntimeValue, Session, scope_modules, unwrap
-from .engine._edit_gates import install_edits
-from .engine._editing import EditRow, edit_issue, edits_watch, plan_edits
-from .engine._edit_calls import CallCheck
-from .engine._padding_warning import warning_state
+from .engine._editing import CallCheck, EditRow, edit_issue, edits_watch, install_edits, plan_edits
+from .engine._padding import warning_state
 from .errors import SpecError, did_you_mean
 from .spec import Spec
 from ._spec_arg import SpecLike, as_spec
@@ -156,7 +154,7 @@ def start_edits(stack: contextlib.ExitStack, rows: Sequence[EditRow], session: S
     """Install `rows` for the calls `session` records (a block session); closing `stack` removes them.
     Edits with `positions` or `layers` also get the padding watch's hooks on `root`, whose calls are the
     root calls (`engine._padding`): its mask places `last` / `first`, literal positions on padding warn
-    once per block, and so does an edited module of `layers` that runs twice in a call (`_edit_calls`)."""
+    once per block, and so does an edited module of `layers` that runs twice in a call (`engine._editing.CallCheck`)."""
     edits = BlockEdits(rows)
     if rows:
         owner = Interception()
@@ -170,7 +168,7 @@ def report_never_ran(edits: BlockEdits, steps: int, strict: bool, stacklevel: in
     modules never ran (a `CaptureError` with `strict`, else a warning)."""
     idle = edits.never_ran()
     if idle and strict:
-        raise_never_ran(idle, steps, edits=True)
+        raise_never_ran(idle, steps)
     if idle:
         warn_never_ran(idle, steps, edits=True, stacklevel=stacklevel + 1)
 

@@ -4,7 +4,7 @@ The model needs no cooperation: hooks go on when the block starts and come off w
 of the root module is one step; the yielded mapping holds every step's captures in call order (a
 single forward gives exactly the model's own `output_hidden_states` / `output_attentions` tuples).
 
-Captures follow transformers' scopes (`engine._scopes`): each decorated forward of the model (or each
+Captures follow transformers' scopes (`engine._trace_plan`): each decorated forward of the model (or each
 scope of the spec) records into its own lists and ties its last hidden state at its own exit; the
 outermost scopes are what the block yields, named as `exposed_names` says (`hidden_states`, or
 `encoder_hidden_states` and `decoder_hidden_states` for an encoder-decoder; a multimodal composite's
@@ -25,7 +25,7 @@ from ._captures import Captures
 from ._vocabulary import ATTENTION_WEIGHT_KEYS
 from ._spec_arg import SpecLike, as_spec
 from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
-from ._trace_checks import raise_never_ran, warn_dead, warn_never_ran, warn_no_tensor
+from ._trace_checks import warn_dead, warn_never_ran, warn_no_tensor
 from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
 from .engine import TraceScope as _Scope
 from .engine import TraceRun, plan_trace, unwrap
@@ -218,9 +218,9 @@ def trace(
             (each records its own captures, as transformers does), else the root's own map.
         outputs: the keys to capture (default: every key).
         strict: with an explicit spec, a recorder that matches no module of the model is a `SpecError`
-            located at the recorder (unless marked `optional`), and one whose modules exist but never
-            ran in the block's calls of the model a `CaptureError` when the block ends (so is an
-            intervention that edited nothing for that reason); `strict=False` makes them warnings.
+            located at the recorder (unless marked `optional`), and an intervention whose modules exist
+            but never ran in the block's calls of the model a `CaptureError` when the block ends;
+            `strict=False` makes them warnings. (A key whose modules never ran is a `NeverRanWarning`.)
         values: the tensors of the spec's `{value: NAME}` interventions, as `intervene` takes them.
 
     Yields:
@@ -274,7 +274,7 @@ class _Block:
             if values or explicit and explicit.interventions
             else []
         )
-        opened = _Opened(kept.run(), model, explicit if self._strict else None, self._strict)
+        opened = _Opened(kept.run(), model, self._strict)
         self._open.append(opened)  # (first: an interrupted start is still closed)
         run = opened.run
         try:
@@ -293,12 +293,12 @@ class _Block:
 
 class _Opened:
     """One entry of a block: its run, the stack its edits are removed by, the model inside any wrapper,
-    the explicit spec under `strict` (None otherwise) and `strict`, and its edits (None without)."""
+    `strict`, and its edits (None without)."""
 
-    __slots__ = ("run", "stack", "model", "spec", "strict", "edits")
+    __slots__ = ("run", "stack", "model", "strict", "edits")
 
-    def __init__(self, run: TraceRun, model: nn.Module, spec: Spec | None, strict: bool) -> None:
-        self.run, self.stack, self.model, self.spec, self.strict = run, contextlib.ExitStack(), model, spec, strict
+    def __init__(self, run: TraceRun, model: nn.Module, strict: bool) -> None:
+        self.run, self.stack, self.model, self.strict = run, contextlib.ExitStack(), model, strict
         self.edits: BlockEdits | None = None
 
 
@@ -347,8 +347,8 @@ class _Stepwise(_Block):
 def _close(opened: _Opened, failed: bool) -> None:
     """End a block: stop its run, remove its edits, and (for a block that did not raise and ran the
     model) say which outputs recorded no tensor, which recorded nothing because their modules never
-    ran (an error for a recorder of a strict block's explicit spec that is not optional, else a
-    warning), and which interventions edited nothing because theirs never ran (an error if strict)."""
+    ran (a `NeverRanWarning`), and which interventions edited nothing because theirs never ran (an
+    error if strict)."""
     run = opened.run
     try:
         run.stop()
@@ -360,19 +360,6 @@ def _close(opened: _Opened, failed: bool) -> None:
     if silent := run.silent_outputs():
         warn_no_tensor(opened.model, silent)  # (stack: here, __exit__, the caller)
     if idle := run.never_ran():
-        required = {name: paths for name, paths in idle.items() if _required(run.plan, name, opened.spec)}
-        if required:
-            raise_never_ran(required, steps)
         warn_never_ran(idle, steps)
     if opened.edits is not None:
         report_never_ran(opened.edits, steps, opened.strict, stacklevel=4)
-
-
-def _required(plan: TracePlan, name: str, spec: Spec | None) -> bool:
-    """Whether output `name` of `plan` has a recorder in `spec` (None: none) that is not optional."""
-    if spec is None:
-        return False
-    output = next(o for o in plan.outputs if o.name == name)
-    path = next(s.path for s in plan.scopes if s.number == output.scope)
-    section = spec.outputs if not path else spec.scopes[path].outputs if path in spec.scopes else {}
-    return any(not recorder.optional for recorder in section.get(output.key, ()))

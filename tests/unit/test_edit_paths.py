@@ -14,7 +14,7 @@ from torch import nn
 from yamltrace import OutputRecorder, SpecError
 from yamltrace.engine import Collector, Intervention, Session
 from yamltrace.engine._collector import session_records
-from yamltrace.engine._edit_gates import _gated
+from yamltrace.engine._editing import _gated
 from yamltrace.engine._editing import Edit
 
 H = 4

@@ -29,6 +29,7 @@ LAYERS = [
         "yamltrace._forwards",
         "yamltrace._vocabulary",
     ),
+    ("yamltrace._recorder", "yamltrace._intervention"),  # the plain data types a spec resolves to
     (
         "yamltrace.spec._limits",
         "yamltrace.spec._walk",
@@ -40,16 +41,16 @@ LAYERS = [
         "yamltrace.spec._registry",
         "yamltrace.spec",
     ),
-    ("yamltrace.engine.", "yamltrace.engine"),
     (
         "yamltrace.spec._spec",
         "yamltrace.spec._tensor_file",
         "yamltrace.spec._interventions",
         "yamltrace.spec._resolve",
-        "yamltrace.spec._export",
         "yamltrace.spec._patch_rule",
     ),
+    ("yamltrace.engine.", "yamltrace.engine"),
     (
+        "yamltrace.spec._export",  # a model's own maps -> Spec: walks the model with the engine
         "yamltrace.capture",
         "yamltrace._captures",
         "yamltrace._trace_checks",

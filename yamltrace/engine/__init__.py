@@ -1,31 +1,35 @@
-"""The capture engine: recorders, which modules to hook (plans), what a hook records, and sessions.
+"""The capture engine: a resolved spec's recorders and interventions applied to a model.
 
-Data flows one way here: `_recorder` (what to record) -> `_plan` (which modules: the walk) ->
-`_collector` (what the hooks record, on torch hooks via `_intercept`, and which collector records a call) ->
-`_session` (sessions in this context, flags, the tie-last rule) -> `_held` (hooks a decorated model
-keeps between capturing forwards) -> `_scopes` (which submodules keep their own captures, where they
-tie) -> `_trace_plan` / `_trace_run` (a `trace` block's plan, then its run) -> `_plans` (the one
-cache: plans kept on the model for the next block); `_wrappers` sees
-through DDP/FSDP/compile/checkpoint wrappers. The names below are what the rest of the package uses.
+Data flows one way here: the walk (`_plan`: which modules a recorder hooks, and the `PlanGuard` of
+the structure it read; `_wrappers`: DDP, FSDP, compile and checkpoint wrappers seen through) ->
+a block's plan (`_trace_plan`: scopes, names, hooks, layer selections, ties; `_positions`: inputs,
+token positions and layers; `_padding`: positions by the attention mask) -> the one cache (`_plans`:
+plans kept on the model by content) -> torch's hooks (`_intercept`) -> the record step and its gates
+(`_collector`), in sessions (`_session`: what records in this context, flags, the tie-last rule) ->
+a block's run (`_trace_run`), the hooks a decorated model holds between capturing forwards
+(`_held`), and edits (`_editing`). `_attached` keeps a loaded model's spec. The data types
+(`OutputRecorder`, `Intervention`) live below `spec/` (`yamltrace._recorder`, `yamltrace._intervention`);
+the names below are what the rest of the package uses.
 """
 
 from ._attached import attach_interventions, attach_spec, attached_spec
 from ._collector import Collector, entry_of
-from ._edit import OPERATIONS, Intervention, RuntimeValue
+from .._intervention import OPERATIONS, Intervention, RuntimeValue
 from ._editing import edited_modules
-from ._heads import head_count
+from ._editing import head_count
 from ._intercept import Interception
-from ._held import hold_hooks, release_hooks
+from ._held import held_hooks, hold_hooks, release_hooks
 from ._padding import PaddingWatch, tasks_watch
-from ._padding_warning import shared_warning, warning_state
+from ._padding import shared_warning, warning_state
 from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
 from ._plans import KeptPlan, forget_plans, keep_plan, kept_plan
-from ._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
-from ._scopes import decorated_paths, is_under, scope_modules
-from ._selection import position_counter, resolve_selections
+from .._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
+from ._trace_plan import decorated_paths, is_under, scope_modules
+from ._positions import position_counter, resolve_selections
 from ._session import (
     NO_CAPTURE,
     Session,
+    active_sessions,
     config_attribute,
     decorator_tie_last,
     plain_config_lookup,
@@ -36,7 +40,7 @@ from ._session import (
 from ._trace_plan import Scope as TraceScope
 from ._trace_plan import TracePlan, plan_trace
 from ._trace_run import TraceRun
-from ._wrappers import unwrap
+from ._wrappers import logical_path, unwrap
 
 __all__ = [
     "CAPTURE_DTYPES",
@@ -55,6 +59,7 @@ __all__ = [
     "TracePlan",
     "TraceRun",
     "TraceScope",
+    "active_sessions",
     "attach_interventions",
     "attach_spec",
     "attached_spec",
@@ -66,11 +71,13 @@ __all__ = [
     "default_index",
     "entry_of",
     "forget_plans",
+    "held_hooks",
     "hold_hooks",
     "invalidate",
     "is_under",
     "keep_plan",
     "kept_plan",
+    "logical_path",
     "normalize_output_map",
     "normalized_tasks",
     "own_output_map",

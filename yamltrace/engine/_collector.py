@@ -22,7 +22,7 @@ from ._intercept import Interception, Listener
 from .._recorder_fields import PADDING_POSITIONS
 from ._padding import padding_selector
 from ._positions import InputSource, PositionError, Transform, positions_selector
-from ._recorder import OutputRecorder
+from .._recorder import OutputRecorder
 
 __all__ = [
     "Collector", "Entry", "HookRow", "HookPlan", "ScopeGate", "Sessions", "Transform", "entry_of", "transform_of",

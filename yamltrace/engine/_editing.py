@@ -1,5 +1,7 @@
-"""What an intervention does to one module's values (`Edit`) and which modules it edits (`plan_edits`);
-`_edit_gates` puts the edits on the modules' torch hooks.
+"""Interventions on a model: what an edit does to one module's values (`Edit`), which modules it edits
+(`plan_edits`), the gates that put it on the modules' torch hooks (`install_edits`), how many heads
+a module's tensors split into (`head_count`), and the check that `layers` of a module running twice
+means what it says (`CallCheck`).
 
 An edit builds new tensors (out-of-place ops only), so autograd sees it: a value that requires grad
 gets gradients, and the module's own tensor is never written. A region (`positions` along `seq_dim`,
@@ -8,6 +10,22 @@ out-of-place `index_copy`. A value applies by torch's broadcasting to the region
 region's shape (a vector is along the last dimension); a value with the whole tensor's shape (a
 capture of another run) is cut like the tensor; with one position, a value may leave the sequence
 dimension out (`[batch, hidden]`). Anything else is a located `SpecError` at the call.
+
+Gates: an edit applies to the calls a block session records (`block_open`, the listeners' gate), or
+to every call (`apply_interventions`); add or scale of a whole tensor by a number or a vector calls
+the torch op itself where the value applies as it is (`Edit.direct`), anything else takes
+`Edit.tensor`, the general path and the home of the rules (tests/unit/test_edit_paths.py runs each
+copy against it).
+
+Heads: the count is the nearest module's, walking from the edited (or captured) module up to the
+root: an attention module's `num_heads` or `head_dim`, else a model's `config.num_attention_heads`;
+the walk (`head_sources`) runs when an edit is planned, the count (`count_heads`) at each call.
+
+`layers` and calls: an intervention's `layers` count the modules its selector matches, in module
+order, and the edit applies to every call of each; a capture's count values in call order. A module
+shared between layers (ALBERT's layer, a looped block) runs several times per forward, where the two
+differ: `CallCheck` counts the calls of such edited modules per root call and warns once per block or
+handle, at the intervention and at the model code that calls the module the second time.
 """
 
 from __future__ import annotations
@@ -22,14 +40,36 @@ from torch.compiler import is_compiling
 
 from ..errors import PositionError, SpecError, SpecIssue
 from .._recorder_fields import PADDING_POSITIONS
-from ._edit import Intervention, RuntimeValue
-from ._heads import HeadSources, count_heads, head_sources
+from .._intervention import Intervention, RuntimeValue
 from ._padding import PaddingWatch, padding_rows, padding_watch
 from ._plan import plan_hooks
 from ._positions import InputSource, positions_index
-from ._selection import position_counter, resolve_positions
+from ._positions import position_counter, resolve_positions
+from functools import partial
+from typing import cast
+from ._collector import block_open, session_records
+from ._intercept import INPUTS, OUTPUTS, Interception
+import warnings
+import weakref
+from torch.compiler import is_dynamo_compiling
+from ._intercept import Enter, Exit
+from ._padding import RootCall, root_call
+from ._padding import caller_stacklevel
 
-__all__ = ["Edit", "EditRow", "edited_modules", "edits_watch", "plan_edits", "edit_issue"]
+__all__ = [
+    "Edit",
+    "EditRow",
+    "edited_modules",
+    "edits_watch",
+    "plan_edits",
+    "edit_issue",
+    "HeadSources",
+    "count_heads",
+    "head_count",
+    "head_sources",
+    "install_edits",
+    "CallCheck",
+]
 
 # A region step of `Edit.tensor`: (dim, index, per_row), `Edit._region` says what each means.
 Step = tuple[int, torch.Tensor, bool]
@@ -46,7 +86,7 @@ def edit_issue(intervention: Intervention, message: str) -> SpecIssue:
 class Edit:
     """One intervention on one module (dotted `path`): `output(output)` or `inputs(args, kwargs)`
     returns what the module returns or receives, edited. `value` is this module's (a float, a tensor,
-    `(low, high)` or None); `heads` is what the modules from this one up say about heads (`_heads`),
+    `(low, high)` or None); `heads` is what the modules from this one up say about heads (`head_sources`),
     which the tensor's width turns into a count at the call (with `head_dim`, that width alone)."""
 
     __slots__ = (
@@ -271,6 +311,19 @@ def edited_modules(root: nn.Module, iv: Intervention) -> list[tuple[nn.Module, s
     rows = plan_hooks(root, [(_KEY, iv.select)], nested_maps=False)
     if iv.select.layers is not None:
         count = position_counter(getattr(root, "config", None), {_KEY: len(rows)})(_KEY, iv.select)
+        outside = [i for i in iv.select.layers if count and rows and not -count <= i < count]
+        if outside and count:
+            raise SpecError(
+                [
+                    edit_issue(
+                        iv,
+                        f"intervention {iv.name!r}: {'layer' if len(outside) == 1 else 'layers'} "
+                        f"{', '.join(map(str, outside))} out of range: its selector matches {len(rows)} module(s) of "
+                        f"{type(root).__name__}, counted as {count} layer(s); valid indices are {-count}..{count - 1}. "
+                        "Fix the intervention's `layers`.",
+                    )
+                ]
+            )
         kept = resolve_positions(iv.select.layers, count, f"intervention {iv.name!r}")
         rows = [row for i, row in enumerate(rows) if i in kept]
     return [(module, path) for module, path, _ in rows]
@@ -332,7 +385,7 @@ def _as_value(iv: Intervention, value: Any) -> Any:
 def _heads(iv: Intervention, root: nn.Module, path: str) -> HeadSources:
     """What the modules from the edited one (dotted `path`) up to `root` say about heads, for an
     intervention with `heads` and no `head_dim`: the count is taken at the call, from the tensor's
-    width, by the rule `Captures.split_heads` follows (`_heads.head_count`)."""
+    width, by the rule `Captures.split_heads` follows (`head_count`)."""
     if iv.heads is None or iv.head_dim is not None:
         return ()
     sources = head_sources(root, path.lstrip("."))
@@ -347,8 +400,177 @@ def _heads(iv: Intervention, root: nn.Module, path: str) -> HeadSources:
 
 def edits_watch(rows: Sequence[EditRow], checked: bool = False) -> PaddingWatch | None:
     """The padding watch of planned edits (`_padding`): what publishes the root call to `positions:
-    last` / `first` and, when `checked`, to the check of `layers` (`_edit_calls`), and warns when
+    last` / `first` and, when `checked`, to the check of `layers` (`CallCheck`), and warns when
     literal positions edit padding; None when no edit keeps positions and nothing is `checked`."""
     interventions = dict.fromkeys(row.edit.iv for row in rows)  # each once, in order
     watch = padding_watch(((iv.name, iv.select.positions, iv.select.mask) for iv in interventions), "intervention")
     return PaddingWatch((), "intervention", aware=False) if watch is None and checked else watch
+
+
+# Per module from the one at a path up to the root, nearest first: its `num_heads`, its `head_dim`
+# and its config's `num_attention_heads`, each None where it has none (a positive int otherwise).
+HeadSources = tuple[tuple[int | None, int | None, int | None], ...]
+
+
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def head_sources(model: nn.Module, path: str) -> HeadSources:
+    """What the module at `path` of `model` (a `named_modules()` name, `""` for the root) and each
+    module above it say about heads, nearest first; modules that say nothing are left out."""
+    parts = path.split(":")[0].split(".") if path else []
+    found = []
+    for depth in range(len(parts), -1, -1):
+        try:
+            module = model.get_submodule(".".join(parts[:depth]))
+        except AttributeError:
+            continue
+        said = (
+            _positive(getattr(module, "num_heads", None)),
+            _positive(getattr(module, "head_dim", None)),
+            _positive(getattr(getattr(module, "config", None), "num_attention_heads", None)),
+        )
+        if said != (None, None, None):
+            found.append(said)
+    return tuple(found)
+
+
+def count_heads(sources: HeadSources, width: int) -> int | None:
+    """The number of heads a last dimension of `width` splits into by the nearest source that says
+    (a `head_dim` says only for a width it divides); None when none does."""
+    for heads, head_dim, config_heads in sources:
+        if heads is not None:
+            return heads
+        if head_dim is not None and width % head_dim == 0:
+            return width // head_dim
+        if config_heads is not None:
+            return config_heads
+    return None
+
+
+def head_count(model: nn.Module, path: str, width: int) -> int | None:
+    """The number of heads a last dimension of `width` splits into for the module at `path` of `model`
+    (a `named_modules()` name, `""` for the root); None when no module on the way up says."""
+    return count_heads(head_sources(model, path), width)
+
+
+def install_edits(rows: Sequence[EditRow], session: Any, into: Interception) -> list[bool]:
+    """Put each row's edit on its module, in order, owned by `into`: applied to calls `session` records
+    (a block session, `session_records`), or to every call with `session` None. Returns, per row,
+    whether its edit has applied since (kept for a block session only: what its end reports)."""
+    ran = [False] * len(rows)
+    into.add(
+        edits=[
+            (module, OUTPUTS if edit.source is None else INPUTS, _gated(edit, session, ran, i))
+            for i, (module, _, edit) in enumerate(rows)
+        ]
+    )
+    return ran
+
+
+def _gated(edit: Edit, session: Any, ran: list[bool], row: int) -> Callable[..., Any]:
+    """The edit, for calls `session` records (every call with `session` None); other calls pass through,
+    and one it applies to sets `ran[row]` (with a session). An output edit asks `block_open` and calls
+    the torch op itself where `Edit.direct` allows, else `Edit.tensor` (tests/unit/test_edit_paths.py
+    runs these copies against both)."""
+    if edit.source is not None:
+        if session is None:
+            return edit.inputs
+
+        def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            if not session_records(session):
+                return args, kwargs
+            ran[row] = True
+            return edit.inputs(args, kwargs)
+
+        return inputs
+    whole, tensor, is_tensor = edit.output, edit.tensor, torch.Tensor
+    op, size = edit.direct()
+    if op is None or size is None:
+        tensor = tensor if op is None else partial(cast(Any, op), other=edit.value)  # (a number: nothing to check)
+
+        def output(output: Any) -> Any:
+            if session is not None:
+                if not block_open(session):
+                    return output
+                ran[row] = True
+            return tensor(output) if type(output) is is_tensor else whole(output)
+
+        return output
+
+    def vector(output: Any) -> Any:
+        if session is not None:
+            if not block_open(session):
+                return output
+            ran[row] = True
+        if type(output) is not is_tensor:
+            return whole(output)
+        value = edit.value  # (read per call: `Edit.tensor` may keep it converted)
+        try:
+            if value.dtype is output.dtype and output.shape[-1] == size:
+                return op(output, value)
+        except (RuntimeError, IndexError):
+            pass  # (on another device, or no last dimension: the general path moves it, or tells)
+        return tensor(output)
+
+    return vector
+
+
+# The edited modules seen to run exactly once in a root call.
+_ONCE: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+class CallCheck:
+    """The check of the `rows` whose intervention has `layers` and whose module is not known to run
+    once per root call: `install()` puts its frames on them, `finished(call)` takes a root call's counts."""
+
+    def __init__(self, rows: Sequence[EditRow]) -> None:
+        self.rows = rows
+        self.warned = [False]
+
+    @classmethod
+    def of(cls, rows: Sequence[EditRow]) -> CallCheck | None:
+        """The check of `rows`, None when none needs one."""
+        kept = [row for row in rows if row.edit.iv.select.layers is not None and row.module not in _ONCE]
+        return cls(kept) if kept else None
+
+    def install(self, into: Interception) -> None:
+        """Put the counting frames on the checked modules, owned by `into`."""
+        into.add(frames=[(row.module, *_frame(row, self.warned)) for row in self.rows])
+
+    def finished(self, call: RootCall) -> None:
+        """A root call ended: the modules that ran once in it need no check again."""
+        for row in self.rows:
+            if call.calls.get(id(row.edit)) == 1:
+                _ONCE.add(row.module)
+
+
+def _frame(row: EditRow, warned: list[bool]) -> tuple[Enter, Exit]:
+    key = id(row.edit)  # per intervention and module: two edits of one module count apart
+
+    def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        call = None if is_dynamo_compiling() else root_call.get()
+        if call is None:
+            return
+        count = call.calls[key] = call.calls.get(key, 0) + 1
+        if count == 2 and not warned[0]:
+            warned[0] = True
+            warnings.warn(_message(row), stacklevel=caller_stacklevel())  # (at the model code calling the module)
+
+    def exit(token: None, output: Any, finished: bool) -> None:
+        return None
+
+    return enter, exit
+
+
+def _message(row: EditRow) -> str:
+    iv = row.edit.iv
+    message = (
+        f"intervention {iv.name!r} (layers {list(iv.select.layers or ())}) edits module {row.path.lstrip('.') or '<root>'}, "
+        "which runs more than once in one forward: the edit applies to each of its calls. An intervention's layers "
+        "count the modules its selector matches, in module order, not their calls as a capture's layers do, so they "
+        "cannot pick one of its calls; to edit one call only, select a module that runs once per call. "
+        "(Warned once per block or handle.)"
+    )
+    return "yamltrace: " + str(SpecError([edit_issue(iv, message)]))

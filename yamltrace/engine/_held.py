@@ -22,7 +22,7 @@ from torch import nn
 from ._collector import Sessions, install_hooks
 from ._intercept import Interception
 from ._plan import plan_hooks
-from ._recorder import OutputRecorder
+from .._recorder import OutputRecorder
 from ._session import forward_context
 
 __all__ = ["HeldHooks", "hold_hooks", "release_hooks", "held_hooks"]

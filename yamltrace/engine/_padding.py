@@ -11,30 +11,51 @@ positions (a `generate` step with a cache): the current step's are its last colu
 
 `PaddingWatch` is what a plan with `positions` does around each root call: publish it (for `last` /
 `first`), and warn, once, when a literal position falls on padding in a row of a forward given a mask.
+
+How often and where that warning is given: per warning state, a one-item list the watch sets once it
+warned; `warning_state` gives a capture its state (the one `shared_warning` opened, an `extract` run:
+one per run; a decorated model's own; or a new one per `trace` or `intervene` block).
+`caller_stacklevel` counts the frames between the check and the code that called the model (their
+depth differs between a block, a decorated forward and a wrapped model), so the warning names the
+caller's file and line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
+import sys
 import warnings
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar, Token
 from typing import Any
 
 import torch
+import torch.nn.modules.module
 from torch import nn
 from torch.compiler import is_dynamo_compiling
 
 from .._recorder_fields import PADDING_POSITIONS
 from ..errors import PositionError
 from ._intercept import Interception
-from ._padding_warning import caller_stacklevel
 from ._wrappers import unwrap
 
 __all__ = [
-    "DEFAULT_MASK", "PaddingWatch", "RootCall", "padding_rows", "padding_selector", "padding_watch", "root_call", "plan_watch",
+    "DEFAULT_MASK",
+    "PaddingWatch",
+    "RootCall",
+    "padding_rows",
+    "padding_selector",
+    "padding_watch",
+    "root_call",
+    "plan_watch",
     "tasks_watch",
-]  # fmt: skip
+    "caller_stacklevel",
+    "shared_warning",
+    "warning_state",
+]
 
 DEFAULT_MASK = "attention_mask"  # the argument read when a recorder names none (`OutputRecorder.mask`)
 # The running root call, or None (no capture with positions runs in this context).
@@ -53,7 +74,7 @@ class RootCall:
         self.indices: dict[tuple[Any, ...], torch.Tensor] = {}
         self.owner: object = None  # the hooks that published it (`PaddingWatch.hooks`), with their token
         self.token: Token[Any] | None = None
-        self.calls: dict[int, int] = {}  # calls of edited modules in this call, by id (`_edit_calls`)
+        self.calls: dict[int, int] = {}  # calls of edited modules in this call, by id (`_editing.CallCheck`)
 
     def argument(self, name: str) -> Any:
         """The argument `name` of the call (keyword, else by its place), or None."""
@@ -359,3 +380,50 @@ def tasks_watch(tasks: tuple[tuple[str, Any], ...]) -> PaddingWatch | None:
 
 
 _BY_TASKS: dict[int, tuple[Any, PaddingWatch | None]] = {}
+
+
+# A warning state shared by the traces of one `extract` run (`shared_warning`): one warning per run.
+_shared: ContextVar[dict[str, list[bool]] | None] = ContextVar("yamltrace_padding_warned", default=None)
+# yamltrace's own files and torch's module code (`Module.__call__`, the containers' forwards), as the
+# import system named them (as frames name their files: not resolved, so a symlinked install matches).
+_INSIDE = (os.path.dirname(os.path.dirname(__file__)) + os.sep, os.path.dirname(torch.nn.modules.module.__file__) + os.sep)
+
+
+def warning_state(model: nn.Module | None = None, kind: str = "output") -> list[bool]:
+    """Whether the padding warning of a `kind` of watch (`PaddingWatch`) was given: the state
+    `shared_warning` opened in this context, else `model`'s (one warning per decorated model), else a
+    new one (one per `trace` or `intervene` block)."""
+    shared = _shared.get()
+    if shared is not None:
+        return shared.setdefault(kind, [False])
+    if model is None:
+        return [False]
+    state = _BY_MODEL.get(model)
+    if state is None:
+        state = _BY_MODEL[model] = [False]
+    return state
+
+
+_BY_MODEL: weakref.WeakKeyDictionary[nn.Module, list[bool]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def shared_warning() -> Iterator[None]:
+    """A context in which every capture shares one padding warning, and all edits another (`extract`:
+    one per run)."""
+    token = _shared.set({})
+    try:
+        yield
+    finally:
+        _shared.reset(token)
+
+
+def caller_stacklevel() -> int:
+    """The `stacklevel` for `warnings.warn` in the function calling this one that points at the first
+    frame outside yamltrace and torch's module code: the code that called the model."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_INSIDE):
+        frame = frame.f_back
+        level += 1
+    return level

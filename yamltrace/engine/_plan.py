@@ -5,6 +5,10 @@
 to that map). It walks the model every time: whoever keeps a plan (`_plans`, `_held`) keeps the walk's
 `PlanGuard` with it, which says whether the model still has the structure the walk read;
 `invalidate` makes every guard fail.
+
+The devices a recorder moves tensors to must exist (`require_devices`): checked as the walk plans,
+so a spec's `to: cuda` loads anywhere and fails at once, naming the key and the device, on a
+machine without it, instead of torch's assertion from inside a hook.
 """
 
 from __future__ import annotations
@@ -12,14 +16,24 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import torch
 from torch import nn
 
+from .._recorder import OutputRecorder, normalize_output_map
+from ..errors import CaptureError
 from ._collector import Entry, HookPlan, HookRow, entry_of
-from ._devices import require_devices
-from ._recorder import OutputRecorder, normalize_output_map
 from ._wrappers import child_path, wrapped_attribute
 
-__all__ = ["CAPTURE_MAP_ATTRIBUTE", "HookPlan", "PlanGuard", "plan_hooks", "invalidate", "own_output_map", "MISSING"]
+__all__ = [
+    "CAPTURE_MAP_ATTRIBUTE",
+    "HookPlan",
+    "PlanGuard",
+    "plan_hooks",
+    "invalidate",
+    "own_output_map",
+    "MISSING",
+    "require_devices",
+]
 
 # What `own_output_map` returns for a module that declares no capture map.
 MISSING = object()
@@ -199,3 +213,21 @@ def _checks(
 ) -> tuple[tuple[Callable[[nn.Module, str], bool], Entry], ...]:
     """For each task whose key is wanted: its recorder's `matches` and the plan entry it adds."""
     return tuple((recorder.matcher(), entry_of(key, recorder)) for key, recorder in tasks if wanted is None or key in wanted)
+
+
+def _available(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_available() and (device.index is None or device.index < torch.cuda.device_count())
+    if device.type == "mps":
+        return torch.backends.mps.is_available()
+    return True
+
+
+def require_devices(tasks: Iterable[tuple[str, OutputRecorder]]) -> None:
+    """CaptureError unless every recorder's `to` device is available on this machine."""
+    for key, recorder in tasks:
+        if recorder.to is not None and not _available(torch.device(recorder.to)):
+            raise CaptureError(
+                f"output {key!r}: its recorder moves captures to {recorder.to!r}, which this machine does not have "
+                f"(torch sees {torch.cuda.device_count()} CUDA device(s)); remove `to:` or capture on a machine with it."
+            )

@@ -5,72 +5,37 @@ the selection it keeps of it (a recorder's whole transform is `_collector.transf
 `positions_selector` builds the function that keeps only some token positions of a captured tensor
 (`OutputRecorder.positions` along `OutputRecorder.seq_dim`), so the positions left out are never
 retained: a selection is a tensor with its own, smaller storage, never a view of the module's.
+
+Which layers each captured key keeps (`resolve_selections`, `position_counter`): the indices of
+`output_hidden_states=[...]` and a recorder's `layers`, negative ones counted from the config's layer
+count or the modules hooked.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 
-from .._recorder_fields import positions_text_problem
+from .._recorder import OutputRecorder
 from ..errors import PositionError
 
 __all__ = [
     "InputSource",
     "PositionError",
     "Transform",
-    "normalize_input",
-    "normalize_positions",
     "positions_index",
     "positions_selector",
+    "position_counter",
+    "requested_positions",
+    "resolve_positions",
+    "resolve_selections",
 ]
 
 # What a recorder's `positions` / `detach` / `to` / `dtype` do to a captured value; None when it asks for nothing.
 Transform = Callable[[Any], Any]
-
-
-def normalize_input(value: Any) -> int | str | None:
-    """`OutputRecorder.input` validated: a positional index (>= 0) or a keyword name, or None."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise TypeError(f"OutputRecorder.input must be a positional index or an argument name, got {value!r}.")
-    if isinstance(value, int) and value < 0:
-        raise ValueError(f"OutputRecorder.input must be a positional index >= 0 or an argument name, got {value}.")
-    if isinstance(value, str) and not value.isidentifier():
-        raise ValueError(f"OutputRecorder.input: {value!r} is not an argument name.")
-    return value
-
-
-def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
-    """`OutputRecorder.positions` validated: a tuple of ints, a slice text such as `"-8:"`, `"last"` /
-    `"first"` (each row's last / first real position, by the attention mask: `_padding`), or None.
-
-    A single int is one position; a `slice` becomes its text. Kept hashable, so recorders stay keys.
-    """
-    if value is None:
-        return None
-    if isinstance(value, slice):
-        parts = [value.start, value.stop] + ([value.step] if value.step is not None else [])
-        if not all(p is None or isinstance(p, int) for p in parts):
-            raise TypeError(f"OutputRecorder.positions: a slice must have int bounds, got {value!r}.")
-        value = ":".join("" if p is None else str(p) for p in parts)
-    if isinstance(value, str):
-        text: str = value.replace(" ", "")
-        problem = positions_text_problem(text)  # the rule a spec's text is checked with
-        if problem is not None:
-            raise ValueError(f"OutputRecorder.positions: {problem}.")
-        return text
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value,)
-    if isinstance(value, Sequence) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        return tuple(value)
-    raise TypeError(
-        f"OutputRecorder.positions must be a non-empty list of ints, a slice text such as '-8:', or 'last' / 'first', got {value!r}."
-    )
 
 
 def _as_index(positions: tuple[int, ...] | str) -> slice | list[int]:
@@ -306,3 +271,76 @@ def _parameter_position(target_class: type | tuple[type, ...] | None, name: str)
     if positional and positional[0] == "self":
         positional = positional[1:]
     return positional.index(name) if name in positional else None
+
+
+def requested_positions(flag: Any) -> list[int] | None:
+    """The positions an `output_hidden_states` value selects, or `None` when it is a plain flag."""
+    if isinstance(flag, bool) or flag is None:
+        return None
+    if isinstance(flag, int):
+        return [flag]
+    return list(flag)
+
+
+def resolve_selections(
+    tasks: Iterable[tuple[str, OutputRecorder]],
+    keys: Iterable[str],
+    hidden_states_flag: Any,
+    count_positions: Callable[[str, OutputRecorder], int | None],
+) -> dict[str, frozenset[int]]:
+    """Resolve the kept positions of each requested key.
+
+    `hidden_states` follows an index/list `output_hidden_states` flag when one is given; otherwise a key
+    whose recorders all declare `layers` keeps the union of them. `count_positions(key, recorder)` says
+    how many positions the key will have, for negative indices (`None` when unknown).
+    """
+    tasks = tuple(tasks)
+    if hidden_states_flag is None or hidden_states_flag is True or hidden_states_flag is False:
+        for _, recorder in tasks:  # (a loop, not a generator: this runs on every capturing forward)
+            if recorder.layers is not None:
+                break
+        else:
+            return {}  # every position of every key is kept
+    by_key: dict[str, list[OutputRecorder]] = {}
+    for key, recorder in tasks:
+        by_key.setdefault(key, []).append(recorder)
+    selections: dict[str, frozenset[int]] = {}
+    for key in keys:
+        recorders = by_key.get(key)
+        if not recorders:
+            continue
+        selected = requested_positions(hidden_states_flag) if key == "hidden_states" else None
+        if selected is None and all(r.layers is not None for r in recorders):
+            selected = sorted({i for r in recorders for i in r.layers or ()})
+        if selected is not None:
+            selections[key] = resolve_positions(selected, count_positions(key, recorders[0]), key)
+    return selections
+
+
+def resolve_positions(selected: Iterable[int], total: int | None, what: str) -> frozenset[int]:
+    """Resolve possibly negative positions against `total`; out-of-range positions select nothing."""
+    selected = list(selected)
+    if total is None:
+        if any(i < 0 for i in selected):
+            raise ValueError(
+                f"Cannot select {what} with negative indices {selected}: the number of layers is unknown. "
+                "Set it in the model's config (see the recorder's num_hidden_layers_key) or use indices >= 0."
+            )
+        return frozenset(selected)
+    return frozenset(i % total for i in selected if -total <= i < total)
+
+
+def position_counter(config: Any, hooked: Mapping[str, int] | None = None) -> Callable[[str, OutputRecorder], int | None]:
+    """How many positions a key has, for its negative indices: the config's layer count (the recorder's
+    `num_hidden_layers_key`), else the number of modules hooked for the key when `hooked` says it,
+    else None (unknown); one more for `hidden_states` with its initial state."""
+
+    def count(key: str, recorder: OutputRecorder) -> int | None:
+        layers: int | None = getattr(config, recorder.num_hidden_layers_key, None)
+        if layers is None:
+            if hooked is None:
+                return None
+            layers = hooked.get(key, 0)
+        return layers + int(key == "hidden_states" and recorder.capture_initial_hidden_state)
+
+    return count

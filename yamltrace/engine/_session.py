@@ -41,7 +41,7 @@ _UNSET = object()
 class Session:
     """One capture's collector, and whether it records the call being made now (`recording()`).
 
-    A trace block also keeps `scopes`, the stack of its capture scopes (see `_scopes`, by their number
+    A trace block also keeps `scopes`, the stack of its capture scopes (see `_trace_plan`, by their number
     in the trace) running now in the context that records: hooks of a scope record only while it is
     the innermost (`scope_gate`), so a nested scope shadows its parent, as a nested decorated forward
     does in transformers. Numbers, not objects: torch.compile guards on them by value, so a new block

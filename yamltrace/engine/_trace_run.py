@@ -23,7 +23,7 @@ from torch import nn
 from ._collector import Collector, hook_listeners
 from ._intercept import Interception
 from ._padding import PaddingWatch
-from ._padding_warning import warning_state
+from ._padding import warning_state
 from ._session import Session, tie_last_hidden_state
 from ._trace_plan import TracePlan
 
@@ -50,7 +50,7 @@ class TraceRun:
         # What `never_ran` and `silent_outputs` ask of each output: its name, key, collector, the paths of its modules.
         self._modules = [(o.name, o.key, self.collectors[o.scope], paths) for o, paths in zip(plan.outputs, plan.modules)]
         self._interception: Interception | None = None  # the listeners and frames, while a block records
-        self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding_warning.warning_state`)
+        self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding.warning_state`)
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records
         self._outputs = [(o.name, self.collectors[o.scope], o.key) for o in plan.outputs]  # (read by `_empty`)
         self._empty()

@@ -16,7 +16,8 @@ import torch
 
 from .. import specs
 from .._folder import folder_file, names_folder, safetensors_header
-from ..engine import OPERATIONS, Intervention, OutputRecorder, RuntimeValue
+from .._intervention import OPERATIONS, Intervention, RuntimeValue
+from .._recorder import OutputRecorder
 from ..errors import FolderError, did_you_mean
 from ._limits import MAX_TENSOR_BYTES, MAX_TENSOR_FILE_BYTES, MAX_TENSOR_HEADER_BYTES, intervention_sites
 from ._reader import SpecDocument

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import nn
 
-from ..engine import OutputRecorder
+from .._recorder import OutputRecorder
 from ._patterns import key_matcher
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from torch import nn
 
 from .. import specs
 from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, default_index
-from ..engine import OutputRecorder
+from .._recorder import OutputRecorder
 from .._folder import names_folder
 from ..errors import MAX_ISSUES, SpecError, SpecIssue
 from ._interventions import InterventionReader

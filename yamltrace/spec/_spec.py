@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 
 from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, RecorderField, default_index
-from ..engine import CaptureMap, Intervention, OutputRecorder, RuntimeValue, normalize_output_map
+from .._intervention import Intervention, RuntimeValue
+from .._recorder import CaptureMap, OutputRecorder, normalize_output_map
 from ..errors import SpecIssue, format_json_path
 from ._registry import ClassRegistry, default_registry
 from ._schema import SCHEMA_FILE

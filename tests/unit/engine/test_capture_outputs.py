@@ -18,7 +18,7 @@ from torch import nn
 from helpers import assert_same, hook_count
 from yamltrace.capture import capture_outputs
 from yamltrace.engine import release_hooks
-from yamltrace.engine._session import active_sessions
+from yamltrace.engine import active_sessions
 from yamltrace.modeling import Config
 from yamltrace.engine import Collector
 from yamltrace.modeling import PreTrainedModel

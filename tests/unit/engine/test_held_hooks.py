@@ -13,7 +13,7 @@ from torch import nn
 from helpers import assert_same, hook_count
 from yamltrace.capture import capture_outputs
 from yamltrace.engine import OutputRecorder, normalized_tasks, plan_hooks, release_hooks
-from yamltrace.engine._held import held_hooks
+from yamltrace.engine import held_hooks
 from yamltrace.modeling import BaseModelOutput, Config, PreTrainedModel
 
 DIM = 4

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from yamltrace.engine._intercept import Interception
+from yamltrace.engine import Interception
 
 
 class Scale(nn.Module):

@@ -59,3 +59,24 @@ def test_layers_in_range_still_select() -> None:
     with torch.no_grad(), yamltrace.trace(model, spec) as captures:
         model(torch.tensor([[1, 2, 3]]))
     assert [value is None for value in captures["hidden_states"]] == [False, True, False]
+
+
+@pytest.mark.parametrize("layers", [(0, 40), (-5,)], ids=["past the end", "before the start"])
+def test_an_intervention_with_a_layer_the_model_does_not_have_is_a_located_error(layers) -> None:
+    from yamltrace.engine import Intervention
+    from yamltrace.errors import SpecError
+
+    model = TinyModel(TinyConfig(num_hidden_layers=4)).eval()
+    spec = yamltrace.Spec(
+        outputs={}, interventions=[Intervention("ablate", OutputRecorder(TinyDecoderLayer, layers=layers), "zero")]
+    )
+    before = hook_count(model)
+    for run in (
+        lambda: yamltrace.intervene(model, spec).__enter__(),
+        lambda: yamltrace.apply_interventions(model, spec),
+        lambda: yamltrace.trace(model, spec).__enter__(),
+    ):
+        with pytest.raises(SpecError, match=r"\$\.interventions\.ablate: intervention 'ablate': layers? .* out of range") as seen:
+            run()
+        assert "valid indices are -4..3" in str(seen.value)
+        assert hook_count(model) == before  # nothing installed

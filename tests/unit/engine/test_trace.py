@@ -15,7 +15,7 @@ from yamltrace.modeling import Config
 from yamltrace.modeling import merge_with_config_defaults
 from yamltrace.engine import OutputRecorder
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyModel
-from yamltrace.engine._session import active_sessions
+from yamltrace.engine import active_sessions
 from yamltrace.tracing import trace
 
 

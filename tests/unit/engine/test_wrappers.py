@@ -19,7 +19,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 
 from helpers import assert_same, hook_count
 from yamltrace.engine import OutputRecorder, unwrap
-from yamltrace.engine._wrappers import logical_path
+from yamltrace.engine import logical_path
 from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import trace
 

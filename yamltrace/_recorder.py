@@ -15,8 +15,7 @@ from typing import Any, Union
 import torch
 from torch import nn
 
-from .._recorder_fields import CHECKED_FIELDS, RECORDER_FIELDS, default_index, field_default
-from ._positions import normalize_input, normalize_positions
+from ._recorder_fields import CHECKED_FIELDS, RECORDER_FIELDS, default_index, field_default, positions_text_problem
 
 __all__ = [
     "OutputRecorder",
@@ -27,6 +26,48 @@ __all__ = [
     "normalized_tasks",
     "default_index",
 ]
+
+
+def normalize_input(value: Any) -> int | str | None:
+    """`OutputRecorder.input` validated: a positional index (>= 0) or a keyword name, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"OutputRecorder.input must be a positional index or an argument name, got {value!r}.")
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"OutputRecorder.input must be a positional index >= 0 or an argument name, got {value}.")
+    if isinstance(value, str) and not value.isidentifier():
+        raise ValueError(f"OutputRecorder.input: {value!r} is not an argument name.")
+    return value
+
+
+def normalize_positions(value: Any) -> tuple[int, ...] | str | None:
+    """`OutputRecorder.positions` validated: a tuple of ints, a slice text such as `"-8:"`, `"last"` /
+    `"first"` (each row's last / first real position, by the attention mask: `_padding`), or None.
+
+    A single int is one position; a `slice` becomes its text. Kept hashable, so recorders stay keys.
+    """
+    if value is None:
+        return None
+    if isinstance(value, slice):
+        parts = [value.start, value.stop] + ([value.step] if value.step is not None else [])
+        if not all(p is None or isinstance(p, int) for p in parts):
+            raise TypeError(f"OutputRecorder.positions: a slice must have int bounds, got {value!r}.")
+        value = ":".join("" if p is None else str(p) for p in parts)
+    if isinstance(value, str):
+        text: str = value.replace(" ", "")
+        problem = positions_text_problem(text)  # the rule a spec's text is checked with
+        if problem is not None:
+            raise ValueError(f"OutputRecorder.positions: {problem}.")
+        return text
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,)
+    if isinstance(value, Sequence) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return tuple(value)
+    raise TypeError(
+        f"OutputRecorder.positions must be a non-empty list of ints, a slice text such as '-8:', or 'last' / 'first', got {value!r}."
+    )
+
 
 # The dtypes a capture may be cast to, by the name a spec writes.
 CAPTURE_DTYPES: Mapping[str, torch.dtype] = MappingProxyType(

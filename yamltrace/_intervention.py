@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import torch
 
-from ..errors import SpecIssue
+from .errors import SpecIssue
 from ._recorder import OutputRecorder
 
 __all__ = ["OPERATIONS", "Intervention", "Operation", "RuntimeValue"]
@@ -36,7 +36,7 @@ class Intervention:
     (a vector along the last dimension), a `torch.Tensor` (read from the spec's folder) or a
     `RuntimeValue`; a float for `scale`; `(low, high)` for `clamp`, either `None`. `heads` keeps the
     edit to these heads of the last dimension, split in `head_dim`-sized heads (`None`: by the head
-    count of the nearest module from the edited one up, `_heads`). `where` locates it in its spec for errors; `reference` is the
+    count of the nearest module from the edited one up, `engine._editing.head_count`). `where` locates it in its spec for errors; `reference` is the
     `FILE.safetensors:NAME` a tensor value was read from (what `Spec.to_yaml` writes back). Equality and
     hashing ignore both; tensor values are equal when their dtype, shape and elements are (`torch.equal`).
     """

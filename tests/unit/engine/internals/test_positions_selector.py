@@ -10,7 +10,8 @@ import torch
 
 from yamltrace.engine import OutputRecorder
 from yamltrace.engine._collector import transform_of
-from yamltrace.engine._positions import PositionError, normalize_positions, positions_selector
+from yamltrace._recorder import normalize_positions
+from yamltrace.engine._positions import PositionError, positions_selector
 from yamltrace.examples.tiny import TinyDecoderLayer
 
 # Fixed-length slices (the one-op path), slices whose length depends on the sequence (the general
