@@ -101,5 +101,6 @@ def test_check_lists_only_the_layers_an_intervention_edits(capsys: pytest.Captur
     status, out, _ = run(capsys, "check", str(path), "--model", "yamltrace.examples.tiny:TinyModel")
     assert status == 1, out
     assert "scale 0.5 on TinyDecoderLayer (layers [-1]): 1 module(s): layers.3" in out
-    assert f"{path}:4:11: $.interventions.beyond: intervention 'beyond': layers [9] keep none of the 4 modules" in out
-    assert "use layers from -4 to 3" in out
+    assert f"{path}:4:11: $.interventions.beyond: intervention 'beyond': layer 9 out of range" in out
+    assert "valid indices are -4..3" in out
+    assert out.count(f"{path}:4:11:") == 1  # located once

@@ -52,15 +52,17 @@ def report_interventions(spec: Any, model: Any, out: TextIO) -> list[tuple[Any, 
     each with why when it is not that the selector matches nothing (`layers` out of range)."""
     from .._trace_checks import dead_hints
     from ..engine import edited_modules, scope_modules
+    from ..errors import SpecError
 
     modules = scope_modules(model, "", ())
     dead: list[tuple[Any, str | None]] = []
     for edit in spec.interventions:
         try:
             hooked = [path[1:] or "<root>" for _, path in edited_modules(model, edit)]
-        except ValueError as e:  # `layers` beyond the modules it counts
-            dead.append((edit, str(e)))
-            print(f"intervention {describe(edit)}: {e}", file=out)
+        except ValueError as e:  # `layers` beyond the modules it counts (a SpecError located at the edit)
+            why = "; ".join(issue.message for issue in e.issues) if isinstance(e, SpecError) else str(e)
+            dead.append((edit, why))
+            print(f"intervention {describe(edit)}: {why}", file=out)
             continue
         if hooked:
             print(f"intervention {describe(edit)}: {len(hooked)} module(s): {', '.join(hooked)}", file=out)
