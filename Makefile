@@ -104,6 +104,22 @@ fidelity-%: .venv-%/.test
 	.venv-$*/bin/$(PIP_INSTALL) -c constraints/transformers-$*.txt -e ".[torch,test,fidelity]"
 	HF_HUB_OFFLINE=1 PYTHONPATH=tests .venv-$*/bin/python -m oracle.sweep --jobs 2 --out $(OUT)
 
+# The vision environment (docs/vision.md): timm, torchvision and diffusers (the `vision` extra) on the
+# torch of constraints/vision.txt, with every other pin of constraints.txt; runs tests/vision, which
+# the default suite does not collect (pyproject's norecursedirs). About 5.5 GB: torch 2.14.1 is a CUDA build.
+VISION := .venv-vision
+
+$(VISION)/.test: pyproject.toml constraints.txt constraints/common.txt constraints/vision.txt
+	test -x $(VISION)/bin/python || $(PYTHON) -m venv $(VISION)
+	sed '/^torch==/d' constraints/common.txt > $(VISION)/common.txt
+	sed 's|^-c constraints/common.txt$$|-c common.txt|' constraints.txt > $(VISION)/constraints.txt
+	$(VISION)/bin/$(PIP_INSTALL) -c $(VISION)/constraints.txt -c constraints/vision.txt -e ".[torch,test,vision]"
+	touch $@
+
+.PHONY: test-vision
+test-vision: $(VISION)/.test
+	HF_HUB_OFFLINE=1 $(VISION)/bin/python -m pytest tests/vision -q -p no:cacheprovider
+
 # Instructions per forward under callgrind (docs/performance.md); skipped with a message without valgrind.
 bench-icount: $(VENV)/.test
 	$(BIN)/python tests/benchmarks/icount.py

@@ -25,16 +25,20 @@ TOKENS = "batch*seq"
 
 
 class KeyDefinition(NamedTuple):
-    """One vocabulary key: its `shape` (dimension names, see `shape_fits`) and whether it is attention weights."""
+    """One vocabulary key: its `shape` (dimension names, see `shape_fits`), whether it is attention weights,
+    and the shape it has in convolutional models (`image_shape`: feature maps), when it has one there."""
 
     shape: tuple[str, ...]
     attention_weights: bool = False
+    image_shape: tuple[str, ...] | None = None
 
 
 _TOKENWISE = (BATCH, SEQ, HIDDEN)
+# A convolutional feature map: [batch, channels, height, width] (channels differ between stages).
+_FEATURE_MAP = (BATCH, ANY, ANY, ANY)
 
 VOCABULARY: Mapping[str, KeyDefinition] = {
-    "hidden_states": KeyDefinition(_TOKENWISE),
+    "hidden_states": KeyDefinition(_TOKENWISE, image_shape=_FEATURE_MAP),
     "attentions": KeyDefinition((BATCH, HEADS, SEQ, SEQ), attention_weights=True),
     "cross_attentions": KeyDefinition((BATCH, HEADS, SEQ, ANY), attention_weights=True),
     "router_logits": KeyDefinition((TOKENS, EXPERTS)),
@@ -45,6 +49,12 @@ VOCABULARY: Mapping[str, KeyDefinition] = {
     "mlp_activations": KeyDefinition((BATCH, SEQ, ANY)),
     "attention_heads": KeyDefinition((BATCH, SEQ, ANY)),
     "final_norm": KeyDefinition(_TOKENWISE),
+    # Vision and diffusion models (docs/vision.md).
+    "cross_attention_outputs": KeyDefinition((BATCH, SEQ, ANY)),
+    "block_outputs": KeyDefinition(_FEATURE_MAP),
+    "down_block_outputs": KeyDefinition(_FEATURE_MAP),
+    "mid_block_outputs": KeyDefinition(_FEATURE_MAP),
+    "up_block_outputs": KeyDefinition(_FEATURE_MAP),
 }
 
 ATTENTION_WEIGHT_KEYS = frozenset(key for key, definition in VOCABULARY.items() if definition.attention_weights)
@@ -78,8 +88,10 @@ def shape_fits(key: str, shape: Sequence[int], sizes: Mapping[str, int | None]) 
     definition = VOCABULARY.get(key)
     if definition is None:
         return True
-    for flat in (False, True):
-        dims = _dims(definition.shape, flat)
+    candidates = [_dims(definition.shape, flat) for flat in (False, True)]
+    if definition.image_shape is not None:
+        candidates.append(definition.image_shape)
+    for dims in candidates:
         if len(dims) == len(shape) and all(_size(d, sizes) in (None, n) for d, n in zip(dims, shape)):
             return True
     return False

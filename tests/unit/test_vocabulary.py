@@ -28,6 +28,15 @@ def test_shapes_fit_their_definition_with_known_sizes() -> None:
     assert shape_fits("a_key_of_mine", (1,), SIZES)
 
 
+def test_feature_maps_fit_the_keys_of_convolutional_models() -> None:
+    assert shape_fits("hidden_states", (2, 64, 8, 8), SIZES)  # a ResNet stage: [batch, channels, height, width]
+    assert shape_fits("block_outputs", (2, 128, 4, 4), SIZES)
+    assert shape_fits("down_block_outputs", (2, 32, 16, 16), SIZES)
+    assert not shape_fits("block_outputs", (2, 16), SIZES)
+    assert not shape_fits("mlp_outputs", (2, 64, 8, 8), SIZES)  # only hidden_states has a feature-map form
+    assert not shape_fits("hidden_states", (3, 64, 8, 8), SIZES)  # the batch still counts
+
+
 def test_which_attention_implementations_compute_no_weights() -> None:
     assert [returns_no_attention_weights(i) for i in ("sdpa", "flash_attention_2", "paged|sdpa", "eager", None)] == [
         True, True, True, False, False,

@@ -22,6 +22,7 @@ from ..engine._editing import edit_issue
 from ..errors import PatchError, SpecError
 from ..intervening import apply_interventions
 from ..patch import apply_patches, patch_output_recorders
+from ..patch._construct import construction_modules
 from ..patch._state import renames_not_honoured
 from ..spec import Spec
 from ..spec._patch_rule import PatchRule, record_swaps, retarget_spec
@@ -185,7 +186,7 @@ def _build_under_spec(
     with _spec_imports_undone_on_failure() as spec_resolved:
         resolved = checkpoint_spec(model_cls, shipped, spec=spec, overrides=overrides, trust_imports=trust_imports)
         spec_resolved()
-        with apply_patches(_build_rule(resolved, device), modules=model_cls) as swapped:
+        with apply_patches(_build_rule(resolved, device), modules=construction_modules(model_cls)) as swapped:
             try:
                 model = construct(resolved)
             except RecursionError:

@@ -13,9 +13,11 @@ not. Rendered by `_report`, as `validate`'s results are.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import io
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +146,7 @@ def _named_model(document: Any, trust: bool) -> ModelSource | SpecIssue:
 
     Naming the model in a spec that `check` is given is consent to import that class's module, as
     `--model` on the command line is (docs/security.md): a `module:Class` (or `module.Class`) path imports
-    its module; a bare name is looked up in the spec's `imports` that may be imported, then among the
+    its module, and a `module:function` names a factory, called with no arguments as `--model` calls one; a bare name is looked up in the spec's `imports` that may be imported, then among the
     classes transformers exports (as a checkpoint's `architectures` is). Once the class is known, the
     spec's other imports under its top-level package are allowed, as for `load_spec(for_model=...)`.
     """
@@ -152,6 +154,7 @@ def _named_model(document: Any, trust: bool) -> ModelSource | SpecIssue:
 
     from ..spec import ImportPolicy, default_registry
     from ..spec._registry import import_module
+    from ..spec._resolve import model_factory
 
     reference = document.data.get("model")
     if reference is None:
@@ -163,6 +166,9 @@ def _named_model(document: Any, trust: bool) -> ModelSource | SpecIssue:
     try:
         if module:
             import_module(module, ImportPolicy(trust=True))  # consent: the spec names the model's own module
+        factory = model_factory(reference)
+        if factory is not None:
+            return ModelSource(factory)
         policy = ImportPolicy.for_model(None, trust=trust)
         imports = [name for name in document.data.get("imports", []) if policy.allows(name)]
         try:
@@ -227,10 +233,40 @@ def _check(target: Target, source: ModelSource | None, models: Models, trust: bo
     if isinstance(model, SpecIssue):
         return FileResult(target.path, "invalid", (model,))
     found = _Findings(f"{target.path} on {type(model).__name__} (built on the meta device):")
-    _recorders(spec, model, found)
-    _patches(spec, model, document, found)
-    _interventions(spec, model, found)
+    patches = _Findings("")
+    _patches(spec, model, document, patches)  # what the patches replace, on the model as built
+    with _patched(spec, model, found):  # recorders and edits on the model the patches make
+        _recorders(spec, model, found)
+        found.notes.extend(patches.notes[1:])
+        found.issues.extend(patches.issues)
+        _interventions(spec, model, found)
     return found.result(target.path)
+
+
+@contextlib.contextmanager
+def _patched(spec: Any, model: Any, found: _Findings) -> Iterator[None]:
+    """Within the block, `model` has the spec's patches (`patch_model`; undone after): a recorder of a
+    submodule that only a replacement has (an eager attention's probabilities) is found. Patches that
+    `patch_model` cannot apply to a built model (a replacement made only by its constructor) leave the
+    recorders checked on the model as built, with a note saying so."""
+    from ..errors import PatchError
+    from ..patch import patch_model
+
+    if not spec.patches:
+        yield
+        return
+    try:
+        handle = patch_model(model, spec, missing_ok=True)
+    except PatchError as e:
+        found.notes.append(
+            f"recorders checked on the model as built: patch_model cannot apply the patches ({e.problems[0].message})"
+        )
+        yield
+        return
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _run_check(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@
 The model is `--model` (a class, or a factory: any callable returning an `nn.Module`), or
 `--checkpoint`'s `config.json`, or else the spec's own `model:` key. A class with a `config_class` is
 built from its default config or `--config FILE`, with the attention implementation the spec states;
-anything else is called with `--model-kwargs JSON`, or with the JSON object of `--config FILE` as
+a class with diffusers' `from_config` and `config_name` (`ModelMixin`) is built by `from_config` from
+the JSON object of `--config FILE` (the `config.json` diffusers writes); anything else is called with `--model-kwargs JSON`, or with the JSON object of `--config FILE` as
 keyword arguments, or with no arguments, its signature checked before the call. Models are built on the
 meta device (no weight memory, no weights read); specs that need the same build share one.
 """
@@ -37,6 +38,17 @@ class ModelSource(NamedTuple):
     def configured(self) -> bool:
         """Whether the model is built from a config (a class with a `config_class`), not called with arguments."""
         return isinstance(self.build, type) and getattr(self.build, "config_class", None) is not None
+
+    @property
+    def from_config(self) -> bool:
+        """Whether the model is built by the class's `from_config(dict)` (diffusers' `ConfigMixin`) from `--config FILE`."""
+        return (
+            isinstance(self.build, type)
+            and self.config_file is not None
+            and self.kwargs is None
+            and isinstance(getattr(self.build, "config_name", None), str)
+            and callable(getattr(self.build, "from_config", None))
+        )
 
     def model_class(self) -> type | None:
         """The class, when the source names one (a factory's class is known once it has built its model)."""
@@ -107,6 +119,8 @@ def _call(source: ModelSource) -> Any:
     from torch import nn
 
     arguments = _arguments(source)
+    if source.from_config:
+        return _from_config(source, arguments)
     given = f"with {', '.join(f'{k}=' for k in arguments)}" if arguments else "with no arguments"
     try:
         inspect.signature(source.build).bind(**arguments)
@@ -124,6 +138,24 @@ def _call(source: ModelSource) -> Any:
         raise _Usage(f"--model {source.name} failed when called {given}: {type(e).__name__}: {e}") from e
     if not isinstance(model, nn.Module):
         raise _Usage(f"--model {source.name} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _from_config(source: ModelSource, config: dict[str, Any]) -> Any:
+    """`cls.from_config(config)` on the meta device: a diffusers model class and its `config.json`."""
+    import torch
+    from torch import nn
+
+    try:
+        with torch.device("meta"):
+            model = getattr(source.build, "from_config")(config)
+    except Exception as e:  # noqa: BLE001 - the library's code: its error, located at the call
+        raise _Usage(
+            f"--model {source.name} failed to build from --config {source.config_file} with {source.name}.from_config: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    if not isinstance(model, nn.Module):
+        raise _Usage(f"--model {source.name}.from_config returned {type(model).__name__}, not a torch.nn.Module")
     return model
 
 

@@ -24,7 +24,7 @@ from ._handle import Replacement
 from ._registry import MappingLike, resolve_rule
 from ._state import checked_construction
 
-__all__ = ["apply_patches"]
+__all__ = ["SPREAD_PACKAGES", "apply_patches", "construction_modules"]
 
 # Held while `apply_patches` has module attributes replaced: a module attribute is process-wide, so
 # construction under patches is serialised (re-entrant for nested blocks in one thread).
@@ -62,6 +62,25 @@ def _target_modules(modules: Any) -> list[ModuleType]:
                 f"apply_patches(modules=...) takes modules, imported module names or nn.Module classes, got {item!r}."
             )
     return list(found.values())
+
+
+# Libraries whose models are built from classes spread over their package's modules (a diffusers UNet's
+# blocks, transformer blocks and attention live in four modules, each importing the next class by name),
+# unlike transformers' one file per model: a model of one of them is built under patches in every loaded
+# module of its package (`construction_modules`), as transformers' `apply_patches()` reaches every
+# transformers module.
+SPREAD_PACKAGES = frozenset({"diffusers"})
+
+
+def construction_modules(model_class: type) -> list[Any]:
+    """What `apply_patches(modules=...)` needs to build `model_class` under patches: the class itself (the
+    modules defining it and its bases) and, for a model of a `SPREAD_PACKAGES` library, every loaded
+    module of that package. Nothing is imported."""
+    package = model_class.__module__.partition(".")[0]
+    if package not in SPREAD_PACKAGES:
+        return [model_class]
+    loaded = [m for name, m in list(sys.modules.items()) if isinstance(m, ModuleType) and name.partition(".")[0] == package]
+    return [model_class, *sorted(loaded, key=lambda m: m.__name__)]
 
 
 def _signature_problem(original: type, replacement: type) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +28,7 @@ from ._schema import checked_document
 from ._spec import PatchEntry, Spec, SpecScope
 from ._walk import Section, Site, document_sections, sites
 
-__all__ = ["load_spec"]
+__all__ = ["load_spec", "model_factory"]
 
 
 def _base_module(model_cls: type, model: Any) -> nn.Module | None:
@@ -35,6 +36,19 @@ def _base_module(model_cls: type, model: Any) -> nn.Module | None:
     prefix = getattr(model_cls, "base_model_prefix", None)
     base = getattr(model, prefix, None) if model is not None and isinstance(prefix, str) and prefix else None
     return base if isinstance(base, nn.Module) and base is not model else None
+
+
+def model_factory(reference: str) -> Any:
+    """The function a spec's `model: module:name` names when it is a model factory (timm's
+    `timm.models.vision_transformer:vit_tiny_patch16_224`, torchvision's `torchvision.models:resnet18`),
+    else None (a class, a bare name, or a module not imported: nothing is imported here)."""
+    module_name, sep, qualname = reference.partition(":")
+    if not sep:
+        return None
+    value: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        value = getattr(value, part, None)
+    return value if callable(value) and not isinstance(value, type) else None
 
 
 def _base_model_names(model_cls: type, model: Any) -> set[str]:
@@ -115,9 +129,9 @@ class _Resolver:
 
     def check_model(self, model: str | None) -> None:
         """The `model:` key must name the class of `for_model`, one of its bases, or its base model (the
-        `LlamaModel` inside a `LlamaForCausalLM`), compared by class name."""
-        if model is None or self.model_cls is None:
-            return
+        `LlamaModel` inside a `LlamaForCausalLM`), compared by class name; or a factory (`model_factory`)."""
+        if model is None or self.model_cls is None or model_factory(model) is not None:
+            return  # a factory's model is of whatever class it returns
         name = re.split(r"[:.]", model)[-1]
         if name in {c.__name__ for c in self.model_cls.__mro__} or name in _base_model_names(self.model_cls, self.model_instance):
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -28,6 +29,18 @@ def test_every_shipped_spec_is_valid_and_points_at_the_schema(name: str) -> None
     assert path == yamltrace.specs.path(name)
     assert path.read_text(encoding="utf-8").startswith("# yaml-language-server: $schema=")
     assert validate_spec(path).data["outputs"]
+
+
+@pytest.mark.parametrize("name", yamltrace.specs.list())
+def test_every_shipped_spec_names_the_test_that_verifies_it(name: str) -> None:
+    """`Verified with: LIBRARY VERSION, ... (tests/FILE.py)`: the transformers families in the oracle tests,
+    the timm, torchvision and diffusers specs in tests/vision (run by `make test-vision`)."""
+    header = yamltrace.specs.header(name)
+    found = re.search(r"Verified with: [^()]+ \((tests/[\w/]+\.py)\)", header)
+    assert found, f"{name}: the header has no 'Verified with: ... (tests/FILE.py)' line"
+    verifier = ROOT / found.group(1)
+    assert verifier.is_file(), f"{name}: {found.group(1)} does not exist"
+    assert found.group(1) in ("tests/oracle/test_spec_library.py", "tests/vision/test_vision_specs.py")
 
 
 def test_unknown_name_suggests_the_closest() -> None:
