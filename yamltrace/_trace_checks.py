@@ -54,9 +54,13 @@ def _closest(word: str, choices: Iterable[str]) -> list[str]:
 def dead_hints(recorder: OutputRecorder, modules: list[tuple[str, nn.Module]]) -> str:
     """The closest module classes (for a target class) or path suffixes (for a class_name) in a scope."""
     if recorder.target_class is not None:
+        classes = {type(m).__name__: type(m) for _, m in modules}
         close = list(
             dict.fromkeys(
-                c for t in recorder.target_classes for c in _closest(t.__name__, [type(m).__name__ for _, m in modules])
+                # A class of the same name (another module's `Linear`) is named with its module, and the target's beside it.
+                _qualified(classes[c]) + f" (not {_qualified(t)})" if c == t.__name__ and classes[c] is not t else c
+                for t in recorder.target_classes
+                for c in _closest(t.__name__, list(classes))
             )
         )
         return f"; closest classes: {', '.join(close)}" if close else ""
@@ -70,6 +74,10 @@ def dead_hints(recorder: OutputRecorder, modules: list[tuple[str, nn.Module]]) -
     suffixes = {"." + ".".join(p.split(".")[-n:]) for p, _ in modules if p for n in (1, 2)}
     close = _closest(recorder.class_name or "", suffixes)
     return f"; closest module paths: {', '.join(close)}" if close else ""
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _describe(recorder: OutputRecorder) -> str:

@@ -168,3 +168,16 @@ def test_a_patch_for_cuda_0_is_left_out_on_cpu() -> None:
     assert list(resolve_rule(spec, "cpu").mapping) == ["TinyMLP"]
     assert list(resolve_rule(spec, "cuda:0").mapping) == ["TinyAttention"]
     assert list(resolve_rule(spec, "cuda:1").mapping) == []
+
+
+def test_a_target_class_that_shares_its_name_with_the_models_is_told_apart() -> None:
+    """A spec's `Linear` that resolved to another package's subclass matches none of the model's plain
+    `torch.nn.Linear`: the hint names both classes with their modules, not `Linear` twice."""
+    import yamltrace
+    from yamltrace import OutputRecorder, SpecError
+
+    Linear = type("Linear", (torch.nn.Linear,), {"__module__": "otherpackage.layers"})
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with pytest.raises(SpecError) as seen:
+        yamltrace.trace(model, {"x": OutputRecorder(Linear)}).__enter__()
+    assert "closest classes: torch.nn.modules.linear.Linear (not otherpackage.layers.Linear)" in str(seen.value)
