@@ -368,18 +368,8 @@ def plan_watch(plan: Any) -> PaddingWatch | None:
 
 
 def tasks_watch(tasks: tuple[tuple[str, Any], ...]) -> PaddingWatch | None:
-    """The watch of a decorated forward's `(key, OutputRecorder)` tasks, memoised on the tuple (the
-    same object for the same map: `normalized_tasks`), so a capturing forward without positions pays
-    one lookup."""
-    found = _BY_TASKS.get(id(tasks))
-    if found is None or found[0] is not tasks:
-        if len(_BY_TASKS) >= 256:
-            _BY_TASKS.clear()
-        found = _BY_TASKS[id(tasks)] = (tasks, padding_watch((key, r.positions, r.mask) for key, r in tasks))
-    return found[1]
-
-
-_BY_TASKS: dict[int, tuple[Any, PaddingWatch | None]] = {}
+    """The watch of a decorated forward's `(key, OutputRecorder)` tasks (None without positions)."""
+    return padding_watch((key, r.positions, r.mask) for key, r in tasks)
 
 
 # A warning state shared by the traces of one `extract` run (`shared_warning`): one warning per run.
