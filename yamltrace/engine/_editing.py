@@ -14,7 +14,7 @@ dimension out (`[batch, hidden]`). Anything else is a located `SpecError` at the
 Gates: an edit applies to the calls a block session records (`block_open`, the listeners' gate), or
 to every call (`apply_interventions`); add or scale of a whole tensor by a number or a vector calls
 the torch op itself where the value applies as it is (`Edit.direct`), anything else takes
-`Edit.tensor`, the general path and the home of the rules (tests/unit/test_edit_paths.py runs each
+`Edit.tensor`, the general path and the home of the rules (tests/unit/engine/internals/test_edit_paths.py runs each
 copy against it).
 
 Heads: the count is the nearest module's, walking from the edited (or captured) module up to the
@@ -472,7 +472,7 @@ def install_edits(rows: Sequence[EditRow], session: Any, into: Interception) -> 
 def _gated(edit: Edit, session: Any, ran: list[bool], row: int) -> Callable[..., Any]:
     """The edit, for calls `session` records (every call with `session` None); other calls pass through,
     and one it applies to sets `ran[row]` (with a session). An output edit asks `block_open` and calls
-    the torch op itself where `Edit.direct` allows, else `Edit.tensor` (tests/unit/test_edit_paths.py
+    the torch op itself where `Edit.direct` allows, else `Edit.tensor` (tests/unit/engine/internals/test_edit_paths.py
     runs these copies against both)."""
     if edit.source is not None:
         if session is None:
