@@ -144,6 +144,8 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
         spec = load_spec(spec, for_model=model)  # (the same Spec while the file is unchanged)
     key = _plan_key(model, spec, outputs, strict)
     kept = None if key is None else kept_plan(model, key)
+    if kept is not None and isinstance(spec, Spec) and kept.spec is not spec and kept.spec.locations != spec.locations:
+        kept = None  # an equal spec written at other lines of its file: what planning reports is located anew
     if kept is None:
         scopes, explicit, followed = _resolve(model, spec, strict)
         planned = plan_trace(model, scopes, outputs)

@@ -241,3 +241,23 @@ def test_maps_read_on_the_instance_are_read_for_each_module() -> None:
     plan = engine.plan_hooks(root, engine.normalize_output_map({"features": nn.Tanh}), nested_maps=True)
     # `a`, `c` and `e` declare ReLU; `b` declares an empty map; `d` and `f` follow the root's Tanh.
     assert {path for _, path, _ in plan} == {".a.act", ".c.act", ".d.tanh", ".e.0", ".f.1"}
+
+
+def test_an_equal_spec_moved_within_its_file_is_located_anew(model, tmp_path) -> None:
+    """The same recorders moved down by a comment: the dead recorder's warning names the new line."""
+    import warnings
+
+    from yamltrace.spec import load_spec
+
+    path = tmp_path / "spec.yaml"
+    text = "yamltrace: 1\noutputs:\n  missing: {class_name: nowhere, optional: false}\n"
+    path.write_text(text, encoding="utf-8")
+    with warnings.catch_warnings(record=True) as first:
+        warnings.simplefilter("always")
+        plan(model, load_spec(path), strict=False)
+    path.write_text("# a comment\n" + text, encoding="utf-8")
+    with warnings.catch_warnings(record=True) as second:
+        warnings.simplefilter("always")
+        plan(model, load_spec(path), strict=False)
+    assert any(":3:" in str(w.message) for w in first), [str(w.message) for w in first]
+    assert any(":4:" in str(w.message) for w in second), [str(w.message) for w in second]
