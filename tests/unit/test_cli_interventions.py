@@ -104,3 +104,29 @@ def test_check_lists_only_the_layers_an_intervention_edits(capsys: pytest.Captur
     assert f"{path}:4:11: $.interventions.beyond: intervention 'beyond': layer 9 out of range" in out
     assert "valid indices are -4..3" in out
     assert out.count(f"{path}:4:11:") == 1  # located once
+
+
+def test_check_reports_every_problem_past_a_class_that_does_not_resolve(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A wrong class name does not hide the spec's other problems: one run of `check` reports them all,
+    each located, and lists what the rest of the spec hooks."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "yamltrace: 1\noutputs:\n"
+        "  a: {target: yamltrace.examples.tiny:NoSuchLayer}\n"
+        "  b: {class_name: nowhere_at_all}\n"
+        "  c: {target: yamltrace.examples.tiny:TinyDecoderLayer, layers: [40]}\n"
+        "interventions:\n"
+        "  beyond: {target: yamltrace.examples.tiny:TinyDecoderLayer, layers: [9], zero: true}\n"
+        "  unknown: {target: yamltrace.examples.tiny:AlsoMissing, zero: true}\n",
+        encoding="utf-8",
+    )
+    status, out, _ = run(capsys, "check", str(path), "--model", "yamltrace.examples.tiny:TinyModel")
+    assert status == 1
+    assert f"{path}:3:15: $.outputs.a.target: module 'yamltrace.examples.tiny' has no attribute 'NoSuchLayer'" in out
+    assert f"{path}:4:6: $.outputs.b: output 'b': the recorder of path suffix 'nowhere_at_all' matches no module" in out
+    assert f"{path}:5:65: $.outputs.c.layers: layer 40 out of range" in out
+    assert f"{path}:7:11: $.interventions.beyond: intervention 'beyond': layer 9 out of range" in out
+    assert "AlsoMissing" in out
+    assert "5 problems" in out

@@ -208,6 +208,7 @@ def _build(named: ModelSource, spec: Any, source: ModelSource | None, document: 
 
 def _check(target: Target, source: ModelSource | None, models: Models, trust: bool) -> FileResult:
     from ..spec import load_spec, validate_spec
+    from ..spec._resolve import resolved_part
 
     if target.problem is not None:
         return FileResult(target.path, "unreadable", (target.problem,))
@@ -226,8 +227,20 @@ def _check(target: Target, source: ModelSource | None, models: Models, trust: bo
     except SpecError as e:
         if model is None:
             model = _build(named, None, source, document, models)
-        unmatched = _unmatched_patches(document, model) if not isinstance(model, SpecIssue) else []
-        return FileResult(target.path, "invalid", (*e.issues, *unmatched))
+        if isinstance(model, SpecIssue) or any(issue.json_path == "$.model" for issue in e.issues):
+            # (a spec for another model: its recorders say nothing about this one)
+            unmatched = [] if isinstance(model, SpecIssue) else _unmatched_patches(document, model)
+            return FileResult(target.path, "invalid", (*e.issues, *unmatched))
+        # The rest of the spec is checked too (what resolves), so one run reports every problem.
+        rest = resolved_part(Path(target.path), trust_imports=trust, for_model=named.model_class() or model)
+        found = _Findings(f"{target.path} on {type(model).__name__} (built on the meta device), what resolves:")
+        found.issues.extend(e.issues)
+        found.issues.extend(_unmatched_patches(document, model))
+        if rest is not None:
+            with _patched(rest, model, found):
+                _recorders(rest, model, found)
+                _interventions(rest, model, found)
+        return found.result(target.path)
     if model is None:
         model = _build(named, spec, source, document, models)
     if isinstance(model, SpecIssue):

@@ -101,8 +101,9 @@ class _Resolver:
                 self.fail(path, issue.message)
             return None
 
-    def spec(self) -> Spec:
-        """The resolved Spec, or one SpecError listing every problem."""
+    def spec(self, *, partial: bool = False) -> Spec:
+        """The resolved Spec, or one SpecError listing every problem; with `partial`, the Spec of what
+        resolved (what did not left out), the problems in `issues`."""
         data = self.document.data
         self.check_model(data.get("model"))
         self.import_modules(data.get("imports", []))
@@ -113,7 +114,7 @@ class _Resolver:
         reader = InterventionReader(self.document, self.selector, self.fail)
         interventions = reader.interventions()
         self.tensor_reads = reader.reads
-        if self.issues:
+        if self.issues and not partial:
             raise SpecError(self.issues)
         return Spec(
             outputs=outputs,
@@ -253,6 +254,20 @@ def load_spec(
     if key is not None:
         spec_loads.put(key, document, spec, _classes(spec), refers_to=registry, tensors=resolver.tensor_reads)
     return spec
+
+
+def resolved_part(source: str | os.PathLike[str], *, trust_imports: bool = False, for_model: Any = None) -> Spec | None:
+    """The Spec of what a spec file that `load_spec` refuses does resolve: its recorders, patches and
+    interventions whose classes resolve, the others left out; None where the file does not validate.
+    For `yamltrace check`, which goes on checking the rest of a spec one of whose classes is wrong, so
+    one run reports every problem. Never cached."""
+    try:
+        document, issues = checked_document(source, max_bytes=DEFAULT_MAX_BYTES)
+    except SpecError:
+        return None
+    resolver = _Resolver(document, default_registry, ImportPolicy.for_model(for_model, trust=trust_imports), for_model)
+    resolver.issues.extend(issues)
+    return resolver.spec(partial=True)
 
 
 def _load_key(source: Any, trust_imports: bool, for_model: Any, max_bytes: int, registry: ClassRegistry) -> Any:

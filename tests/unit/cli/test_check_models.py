@@ -208,8 +208,11 @@ def test_every_problem_at_once_each_at_its_line(tmp_path: Path, capsys: pytest.C
     Path(spec).write_text(PATCH_PROBLEMS, encoding="utf-8")
     status, lines, _ = check(capsys, spec)
     assert status == 1
-    assert lines[0].startswith(f"{spec}:6:18: $.patches.TinyAttention: module 'torch.nn' has no attribute 'NoSuchClass'")
-    assert lines[1] == (
+    # What resolves is checked too (its recorders listed), then the problems, each at its line.
+    assert lines[0] == f"{spec} on TinyModel (built on the meta device), what resolves:"
+    assert lines[1].startswith("outputs: hidden_states[0] TinyDecoderLayer (line 4): 4 module(s)")
+    assert lines[2].startswith(f"{spec}:6:18: $.patches.TinyAttention: module 'torch.nn' has no attribute 'NoSuchClass'")
+    assert lines[3] == (
         f"{spec}:7:3: $.patches.TinyAtention: the patch matches no module of TinyModel; fix the class name or pattern "
         "(the model's classes: Embedding, Linear, ModuleList, RMSNorm, TinyAttention, TinyDecoderLayer, TinyMLP, TinyModel)"
     )
