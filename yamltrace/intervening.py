@@ -139,15 +139,12 @@ class BlockEdits:
         self.rows, self.paths = rows, _paths(rows)
         self.ran: list[bool] = [False] * len(rows)
 
-    def any_ran(self) -> bool:
-        return any(self.ran)
-
     def never_ran(self) -> dict[str, tuple[str, ...]]:
         """The interventions none of whose modules ran in the block's calls, with those modules' paths."""
         ran: dict[str, bool] = {}
         for row, applied in zip(self.rows, self.ran):
             ran[row.edit.iv.name] = ran.get(row.edit.iv.name, False) or applied
-        return {name: tuple("." + p for p in self.paths[name]) for name, applied in ran.items() if not applied}
+        return {name: self.paths[name] for name, applied in ran.items() if not applied}
 
 
 def start_edits(stack: contextlib.ExitStack, rows: Sequence[EditRow], session: Session, root: nn.Module) -> BlockEdits:
@@ -236,5 +233,5 @@ def intervene(
         edits = start_edits(stack, rows, session, model)
         stack.callback(session.exit, session.enter())
         yield edits.paths
-    if edits.any_ran():  # (the model ran: an intervention that edited nothing never ran)
+    if any(edits.ran):  # (the model ran: an intervention that edited nothing never ran)
         report_never_ran(edits, 0, strict, stacklevel=4)
