@@ -240,6 +240,25 @@ def warn_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int, *, edits: bo
     warnings.warn(message, UserWarning if edits else NeverRanWarning, stacklevel=stacklevel)
 
 
+def warn_no_call(outer: nn.Module, names: Iterable[str], *, taken: bool = False, stacklevel: int = 4) -> None:
+    """Warn (a `NeverRanWarning`) that a block ended without a finished call of the module it traces
+    (`taken`: that a stepwise block's `take` found none since the last one), so the outputs `names`
+    recorded nothing."""
+    name = type(outer).__name__
+    what = (
+        f"no call of the {name} it traces finished since the last take"
+        if taken
+        else f"the block ended without a call of the {name} it traces"
+    )
+    warnings.warn(
+        f"trace: {what}, so {', '.join(map(repr, names))} recorded nothing. Call that {name} inside the block: calls of another module are not recorded (a copy of it, or "
+        f"a module inside it, whose calls are not steps: trace that module instead). To check a spec against a model "
+        "without running it, call `yamltrace.tracing.plan`.",
+        NeverRanWarning,
+        stacklevel=stacklevel,
+    )
+
+
 def raise_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int) -> None:
     """`warn_never_ran`'s problem of interventions as an error (a block with `strict=True`)."""
     raise CaptureError(f"yamltrace: {never_ran_message(idle, steps, edits=True)} Pass strict=False to warn instead.")

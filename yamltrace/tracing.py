@@ -25,11 +25,12 @@ from ._captures import Captures
 from ._vocabulary import ATTENTION_WEIGHT_KEYS
 from ._spec_arg import SpecLike, as_spec
 from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
-from ._trace_checks import warn_dead, warn_never_ran, warn_no_tensor
+from ._trace_checks import warn_dead, warn_never_ran, warn_no_call, warn_no_tensor
 from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
 from .engine import TraceScope as _Scope
 from .engine import TraceRun, plan_trace, unwrap
 from .errors import SpecError
+from .engine._editing import EditRow
 from .intervening import BlockEdits, planned_edits, report_never_ran, start_edits
 from .spec import Spec, load_spec
 from .spec._patch_rule import model_device, swap_pairs
@@ -122,17 +123,33 @@ def _attention_reads(model: nn.Module, spec: Spec) -> _AttentionReads | None:
 
 
 def plan(
-    model: nn.Module, spec: SpecLike | None = None, *, outputs: str | Iterable[str] | None = None, strict: bool = True
+    model: nn.Module,
+    spec: SpecLike | None = None,
+    *,
+    outputs: str | Iterable[str] | None = None,
+    strict: bool = True,
+    values: Mapping[str, Any] | None = None,
 ) -> TracePlan:
-    """What `trace(model, spec, outputs=..., strict=...)` would hook, record and tie, without
-    installing anything or running a forward: its scopes, the names it yields, the hooks and layer
-    selections of each scope (`engine.TracePlan`). Raises what `trace` raises before its block runs.
+    """What `trace(model, spec, outputs=..., strict=..., values=...)` would hook, record and tie,
+    without installing anything or running a forward: its scopes, the names it yields, the hooks and
+    layer selections of each scope (`engine.TracePlan`). Raises what `trace` raises before its block
+    runs, the spec's interventions and their `values` checked too: the way to check a spec against a
+    model without a block (a block that never calls the model warns that it recorded nothing).
 
     `model` is the module inside any DDP, FSDP or torch.compile wrapper (`trace` unwraps it first).
     The plan is kept on the model: called again with the same arguments on an unchanged model, it
     returns the same plan (`engine._plans` says what "unchanged" covers).
     """
-    return _kept(model, spec, outputs, strict).plan
+    kept = _kept(model, spec, outputs, strict)
+    _edit_rows(model, kept.spec, values, strict)
+    return kept.plan
+
+
+def _edit_rows(model: nn.Module, explicit: Spec | None, values: Mapping[str, Any] | None, strict: bool) -> list[EditRow]:
+    """The edits of a block with spec `explicit` and `values` (`planned_edits`): none without interventions or values."""
+    if values or explicit and explicit.interventions:
+        return planned_edits(model, explicit or Spec(outputs={}), values, strict=strict)
+    return []
 
 
 def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] | None, strict: bool) -> KeptPlan:
@@ -269,14 +286,9 @@ class _Block:
 
     def __enter__(self) -> Captures:
         model = unwrap(self._outer)
-        kept = _kept(model, self._spec, self._outputs, self._strict)
-        explicit, values = kept.spec, self._values
-        rows = (
-            planned_edits(model, explicit or Spec(outputs={}), values, strict=self._strict)
-            if values or explicit and explicit.interventions
-            else []
-        )
-        opened = _Opened(kept.run(), model, self._strict)
+        kept = _kept(model, self._spec, self._outputs, self._strict)  # (what it warns about names the caller's line)
+        rows = _edit_rows(model, kept.spec, self._values, self._strict)
+        opened = _Opened(kept.run(), self._outer, model, self._strict)
         self._open.append(opened)  # (first: an interrupted start is still closed)
         run = opened.run
         try:
@@ -294,13 +306,13 @@ class _Block:
 
 
 class _Opened:
-    """One entry of a block: its run, the stack its edits are removed by, the model inside any wrapper,
-    `strict`, and its edits (None without)."""
+    """One entry of a block: its run, the stack its edits are removed by, the module whose calls are
+    steps, the model inside any wrapper, `strict`, and its edits (None without)."""
 
-    __slots__ = ("run", "stack", "model", "strict", "edits")
+    __slots__ = ("run", "stack", "outer", "model", "strict", "edits")
 
-    def __init__(self, run: TraceRun, model: nn.Module, strict: bool) -> None:
-        self.run, self.stack, self.model, self.strict = run, contextlib.ExitStack(), model, strict
+    def __init__(self, run: TraceRun, outer: nn.Module, model: nn.Module, strict: bool) -> None:
+        self.run, self.stack, self.outer, self.model, self.strict = run, contextlib.ExitStack(), outer, model, strict
         self.edits: BlockEdits | None = None
 
 
@@ -331,12 +343,19 @@ class _Stepwise(_Block):
         super().__enter__()
         return self
 
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        _close(self._open.pop(), failed=kind is not None, called=False)  # (a loop may run no step: `take` says so)
+
     def take(self) -> dict[str, tuple[Any, ...]]:
         """The captures of the calls finished since the last `take` (or `skip`), which the block forgets;
-        an output whose modules gave no tensor warns, as at the end of a `trace` block."""
-        run, model = self._open[-1].run, self._open[-1].model
-        if run.ends and (silent := run.silent_outputs()):
-            warn_no_tensor(model, silent)
+        an output whose modules gave no tensor warns, as at the end of a `trace` block, and so does a
+        `take` after no call of the model."""
+        opened = self._open[-1]
+        run = opened.run
+        if not run.ends and run.lists:
+            warn_no_call(opened.outer, run.lists, taken=True, stacklevel=3)
+        elif run.ends and (silent := run.silent_outputs()):
+            warn_no_tensor(opened.model, silent)
         return run.take()
 
     def skip(self) -> None:
@@ -346,17 +365,21 @@ class _Stepwise(_Block):
             run.take()
 
 
-def _close(opened: _Opened, failed: bool) -> None:
-    """End a block: stop its run, remove its edits, and (for a block that did not raise and ran the
-    model) say which outputs recorded no tensor, which recorded nothing because their modules never
-    ran (a `NeverRanWarning`), and which interventions edited nothing because theirs never ran (an
-    error if strict)."""
+def _close(opened: _Opened, failed: bool, called: bool = True) -> None:
+    """End a block: stop its run, remove its edits, and (for a block that did not raise) say that it
+    recorded nothing because it never called the traced module (unless not `called` for), or which outputs recorded no tensor,
+    which recorded nothing because their modules never ran (both a `NeverRanWarning`), and which
+    interventions edited nothing because theirs never ran (an error if strict)."""
     run = opened.run
     try:
         run.stop()
     finally:
         opened.stack.close()
-    if failed or not run.ends:
+    if failed:
+        return
+    if called and not run.calls and run.lists:
+        warn_no_call(opened.outer, run.lists)
+    if not run.ends:
         return
     steps = len(run.ends)
     if silent := run.silent_outputs():

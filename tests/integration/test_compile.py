@@ -4,10 +4,13 @@ graph breaks are dynamo's either way."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 from helpers import assert_same, hook_count
+from yamltrace import NeverRanWarning
 from yamltrace.engine import OutputRecorder
 from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.tracing import trace
@@ -144,3 +147,32 @@ def test_decorator_capture_compiles_with_graph_breaks_and_refuses_fullgraph_nami
         with trace(model) as captures:
             fullgraph(input_ids)
     assert_same(captures["hidden_states"], eager.hidden_states)
+
+
+@pytest.mark.parametrize("fullgraph", [True, False], ids=["fullgraph", "graph-breaks"])
+@pytest.mark.parametrize("given", ["model", "wrapper"])
+def test_a_block_whose_calls_ran_code_compiled_before_it_records_each_key_whole_or_says_it_is_empty(
+    input_ids, fullgraph: bool, given: str
+) -> None:
+    # torch's default hook guards: whether code compiled before the block runs the hooks the block
+    # adds depends on what dynamo guarded (it differs by module and torch version), so the promise is
+    # per key: everything eager records, or nothing and a NeverRanWarning naming the key.
+    torch.manual_seed(0)
+    tiny = TinyModel(TinyConfig()).eval()
+    spec = {"hidden_states": TinyDecoderLayer, "first": "layers.0"}
+    with torch.no_grad():
+        with trace(tiny, spec) as eager:
+            tiny(input_ids)
+        compiled = torch.compile(tiny, backend="eager", fullgraph=fullgraph)
+        compiled(input_ids)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with trace(tiny if given == "model" else compiled, spec) as captures:
+                compiled(input_ids)
+    said = " ".join(str(w.message) for w in caught if issubclass(w.category, NeverRanWarning))
+    for key in spec:
+        if captures[key]:
+            assert_same(captures[key], eager[key])
+        else:
+            assert f"{key!r} (" in said, (key, said)
+    assert hook_count(tiny) == 0

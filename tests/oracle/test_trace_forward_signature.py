@@ -70,4 +70,5 @@ def test_every_intercepted_forward_shows_its_own_signature() -> None:
         with yamltrace.trace(model, spec):
             assert all(modules[name]._forward_hooks for name in ("", "layer", "attention"))
             assert {name: inspect.signature(module.forward) for name, module in modules.items()} == before
+            model(torch.tensor([[1, 2, 3]]))
     assert all("forward" not in module.__dict__ for module in modules.values())

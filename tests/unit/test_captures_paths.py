@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from yamltrace import NeverRanWarning
 from yamltrace.engine import OutputRecorder
 from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyMLP
 from yamltrace.tracing import trace
@@ -98,7 +99,10 @@ def test_a_module_called_twice_has_no_single_value() -> None:
 
 
 def test_unknown_key_and_empty_stack_are_errors(tiny, input_ids) -> None:
-    with trace(tiny, {"mlp": OutputRecorder(TinyMLP, index=0)}) as captures:
+    with (
+        pytest.warns(NeverRanWarning, match="without a call"),
+        trace(tiny, {"mlp": OutputRecorder(TinyMLP, index=0)}) as captures,
+    ):
         pass  # (no call of the model: nothing captured)
     with pytest.raises(KeyError, match="'mpl' was not traced"):
         captures.by_path("mpl")
@@ -158,8 +162,9 @@ def test_cat_steps_refuses_steps_of_other_modules() -> None:
         net(torch.ones(1, 1, 3), skip=True)
     with pytest.raises(ValueError, match=r"step 1 captured modules \['first'\], step 0 \['first', 'second'\]"):
         captures.cat_steps("linear")
-    with trace(net, {"linear": OutputRecorder(nn.Linear, index=0, layers=(0,))}) as empty:
-        pass
+    with pytest.warns(NeverRanWarning, match="without a call"):
+        with trace(net, {"linear": OutputRecorder(nn.Linear, index=0, layers=(0,))}) as empty:
+            pass
     with pytest.raises(ValueError, match=r"cat_steps\('linear'\): the trace has no finished step"):
         empty.cat_steps("linear")
 

@@ -35,7 +35,8 @@ Exited = Callable[[Any, bool], None]
 
 class TraceRun:
     """What one `trace` block records: `lists[name]` (values) and `paths[name]` (the module path of
-    each) for each output of the plan, and `ends`, where each finished step ends in them.
+    each) for each output of the plan, `ends`, where each finished step ends in them, and `calls`, how
+    many steps finished in the whole block (`take` does not reset it).
 
     Steps are kept in place (no new containers inside the hooks, which torch.compile may trace): a
     finished step moves the step starts to the lists' ends; an unfinished one is cut off.
@@ -53,6 +54,7 @@ class TraceRun:
         self._warned: list[bool] = [False]  # the padding warning's state of this block (`_padding.warning_state`)
         self._token: Token[Any] | None = None  # from `session.enter`, while the block records
         self._outputs = [(o.name, self.collectors[o.scope], o.key) for o in plan.outputs]  # (read by `_empty`)
+        self.calls = 0
         self._empty()
 
     def _empty(self) -> None:
@@ -162,6 +164,7 @@ class TraceRun:
         if self._depth == 0:
             return
         if finished and self._depth == 1:
+            self.calls += 1
             self.ends.append(tuple(map(len, self.lists.values())))
             for name, values in self.lists.items():
                 self._step_starts[name] = len(values)

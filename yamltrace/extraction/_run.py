@@ -23,7 +23,7 @@ from .._run_values import check_run_values
 from .._spec_arg import as_spec
 from ..engine import attached_spec, shared_warning, unwrap
 from ..spec import Spec, spec_from_model
-from ..tracing import stepwise, trace
+from ..tracing import plan, stepwise
 from ..errors import ExtractInterrupted
 from ._columns import add_columns, check_columns, owned_copy, split_columns
 from ._index import INDEX_FILE, ExtractError, build_index, dtype_code, fingerprint, run_parts, tensor_name, write_json_atomically
@@ -312,8 +312,7 @@ def extract(
     if spec is not None:  # a file, builtin:NAME, a spec document or a capture dict, as trace reads it
         spec = as_spec(unwrap(model), spec)
     check_run_values(spec, values)  # keys that are names, tensors that hold data: located in the spec
-    with trace(model, spec, outputs=outputs, values=values):  # an unknown key or a spec that does not apply fails here
-        pass
+    plan(unwrap(model), spec, outputs=outputs, values=values)  # an unknown key or a spec that does not apply fails here
     described: dict[str, Any] = {
         "class": f"{type(model).__module__}:{type(model).__qualname__}",
         "config_sha256": _config_hash(model),

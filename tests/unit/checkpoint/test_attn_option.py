@@ -12,6 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import yamltrace
 import yamltrace.specs
+import yamltrace.tracing
 from yamltrace import SpecError
 
 LLAMA = "builtin:llama"
@@ -106,5 +107,4 @@ def test_a_spec_without_the_option_is_told_to_state_it() -> None:
     model = LlamaForCausalLM(tiny_config()).eval()
     spec = {"attentions": yamltrace.OutputRecorder(target_class=type(model.model.layers[0].self_attn), index=1)}
     with pytest.warns(UserWarning, match=r"add `options: \{attn_implementation: eager\}` to the spec"):
-        with yamltrace.trace(model, spec):
-            pass
+        yamltrace.tracing.plan(model, spec)

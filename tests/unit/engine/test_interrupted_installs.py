@@ -17,6 +17,9 @@ import yamltrace
 from helpers import hook_count
 from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 
+# The blocks here are entered and left without a call of the model, on purpose (the warning that says so is tested in test_never_ran).
+pytestmark = pytest.mark.filterwarnings("ignore::yamltrace.NeverRanWarning")
+
 _PACKAGE = os.path.dirname(yamltrace.__file__) + os.sep
 ZERO_NORM = {"yamltrace": 1, "interventions": {"z": {"class_name": "norm", "zero": True}}}
 EDIT_LAST = {"yamltrace": 1, "interventions": {"a": {"class_name": "mlp", "positions": "last", "layers": [0], "add": 1.0}}}

@@ -4,6 +4,7 @@ tuple silently. An intervention whose modules never ran edited nothing: an error
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -12,6 +13,7 @@ from torch import nn
 
 import yamltrace
 from yamltrace import CaptureError, NeverRanWarning, OutputRecorder
+from yamltrace.tracing import stepwise
 
 
 class Block(nn.Module):
@@ -78,15 +80,41 @@ def test_only_the_keys_that_never_ran_are_named() -> None:
     assert len(captures["projections"]) == 2
 
 
-def test_modules_that_ran_or_a_block_without_calls_do_not_warn() -> None:
+def test_modules_that_ran_do_not_warn() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model = Net(fused=False)
         with torch.no_grad(), yamltrace.trace(model, SPECS["class"]) as captures:
             model(torch.ones(1, 4))
         assert len(captures["probs"]) == 2
-        with yamltrace.trace(Net(fused=True), SPECS["class"]):
-            pass  # no call of the model: nothing to say
+
+
+@pytest.mark.parametrize("calls", ["none", "a module inside", "a copy"])
+def test_a_block_without_a_call_of_the_traced_model_says_it_recorded_nothing(calls: str) -> None:
+    model = Net(fused=False)
+    other = {"none": None, "a module inside": model.blocks[0], "a copy": copy.deepcopy(model)}[calls]
+    with pytest.warns(NeverRanWarning, match=r"without a call of the Net it traces, so 'probs' recorded nothing") as seen:
+        with torch.no_grad(), yamltrace.trace(model, SPECS["class"]) as captures:
+            if other is not None:
+                other(torch.ones(1, 4))
+    assert len(seen) == 1 and seen[0].filename == __file__
+    assert captures["probs"] == ()
+
+
+def test_a_stepwise_block_says_when_a_take_follows_no_call_and_not_when_its_loop_ran_none() -> None:
+    model = Net(fused=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad(), stepwise(model, SPECS["class"]) as steps:
+            model(torch.ones(1, 4))
+            assert len(steps.take()["probs"]) == 2  # (its steps taken: the block still called the model)
+        with stepwise(model, SPECS["class"]):
+            pass  # a loop over no batches
+    with torch.no_grad(), stepwise(model, SPECS["class"]) as steps:
+        model.blocks[0](torch.ones(1, 4))
+        with pytest.warns(NeverRanWarning, match="no call of the Net it traces finished since the last take") as seen:
+            assert steps.take()["probs"] == ()
+    assert seen[0].filename == __file__
 
 
 def _edits(*targets: type[nn.Module]) -> yamltrace.Spec:

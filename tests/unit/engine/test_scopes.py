@@ -15,11 +15,11 @@ from helpers import assert_same, hook_count
 from helpers_scopes import EncoderDecoder, Head, Outer, build
 from yamltrace.capture import capture_outputs
 from yamltrace.engine import OutputRecorder
-from yamltrace.errors import SpecError
+from yamltrace.errors import NeverRanWarning, SpecError
 from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer, TinyModel
 from yamltrace.patch import patch_model
 from yamltrace.spec import PatchEntry, Spec, load_spec
-from yamltrace.tracing import trace
+from yamltrace.tracing import plan, trace
 
 FLAGS = {"output_hidden_states": True, "output_attentions": True}
 MAP = {"hidden_states": TinyDecoderLayer, "attentions": TinyAttention}
@@ -122,8 +122,7 @@ def test_a_plain_string_in_a_dict_spec_is_a_path_suffix_checked_like_any_recorde
     ):
         with trace(tiny, {"attentions": "TinyAttention"}):
             pass
-    with trace(tiny, {"attentions": OutputRecorder(class_name="self_attn", index=1)}):
-        pass
+    plan(tiny, {"attentions": OutputRecorder(class_name="self_attn", index=1)})  # (checked as `trace` checks it)
 
 
 def test_an_optional_recorder_may_match_nothing(input_ids) -> None:
@@ -178,13 +177,15 @@ def test_a_key_whose_modules_return_no_tensor_warns_once_naming_eager(input_ids)
             tiny(input_ids)
 
 
-def test_no_warning_when_the_modules_did_not_run() -> None:
+def test_a_block_without_calls_says_only_that_it_made_none() -> None:
     tiny = build(TinyModel)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         with trace(tiny) as captures:
             pass
     assert captures["attentions"] == ()
+    assert [w.category for w in caught] == [NeverRanWarning]
+    assert "without a call of the TinyModel" in str(caught[0].message)
 
 
 class _DecoratedEncoderDecoder(EncoderDecoder):

@@ -84,7 +84,7 @@ def test_outputs_selects_keys(tiny, input_ids) -> None:
     assert list(captures) == ["attentions"]
     assert_same(captures["attentions"], own.attentions)
     with trace(tiny, outputs=["hidden_states", "attentions"]) as captures:
-        pass
+        tiny(input_ids)
     assert list(captures) == ["hidden_states", "attentions"]
 
 
