@@ -25,7 +25,7 @@ from typing import Any
 from torch import nn
 
 from ._vocabulary import ATTENTION_WEIGHT_KEYS, returns_no_attention_weights
-from .engine import OutputRecorder, scope_modules
+from .engine import ModelIndex, OutputRecorder, scope_modules
 from .errors import CaptureError, NeverRanWarning, SpecError, SpecIssue
 from .spec import PatchEntry, Spec
 from .spec._patch_rule import PatchRule, model_device, model_swaps, retarget_spec
@@ -116,19 +116,26 @@ def warn_dead(issues: list[SpecIssue], stacklevel: int = 4) -> None:
 
 
 def dead_recorders(
-    model: nn.Module, spec: Spec, present: Mapping[str, Any], *, checked: Callable[[str, str], bool] | None = None
+    model: nn.Module,
+    spec: Spec,
+    present: Mapping[str, Any],
+    *,
+    checked: Callable[[str, str], bool] | None = None,
+    index: ModelIndex | None = None,
 ) -> list[SpecIssue]:
     """The non-optional recorders of `spec` that match no module, each a located issue.
 
     `present` maps each scope path to its module, or to None when the model has no such submodule;
-    `checked(scope, key)`, when given, says which keys to check.
+    `checked(scope, key)`, when given, says which keys to check; `index`: the model's walk, if the
+    caller has it.
     """
+    index = ModelIndex(model) if index is None else index
     paths = [p for p, _ in _spec_sections(spec)]
     issues = []
     for scope, outputs in _spec_sections(spec):
         if scope not in present:
             continue
-        modules = None if present[scope] is None else scope_modules(model, scope, paths)
+        modules = None if present[scope] is None else scope_modules(model, scope, paths, index)
         for key, recorders in outputs.items():
             if checked is not None and not checked(scope, key):
                 continue
@@ -288,17 +295,19 @@ def _weightless_fix(spec: Spec, implementation: str) -> str:
 
 
 def attention_weight_issues(
-    model: nn.Module, spec: Spec, *, checked: Callable[[str, str], bool] | None = None
+    model: nn.Module, spec: Spec, *, checked: Callable[[str, str], bool] | None = None, index: ModelIndex | None = None
 ) -> list[SpecIssue]:
     """One located issue per recorder of attention weights whose modules compute none (sdpa, flash);
-    `checked(scope, key)`, when given, says which keys are recorded (the others are not looked at)."""
+    `checked(scope, key)`, when given, says which keys are recorded (the others are not looked at);
+    `index`: the model's walk, if the caller has it."""
     paths = [p for p, _ in _spec_sections(spec)]
-    named = dict(model.named_modules())
+    index = ModelIndex(model) if index is None else index
+    named = dict(index.named())
     issues = []
     for scope, outputs in _spec_sections(spec):
         if scope not in named:
             continue
-        modules = scope_modules(model, scope, paths)
+        modules = scope_modules(model, scope, paths, index)
         for key in ATTENTION_WEIGHT_KEYS.intersection(outputs):
             if checked is not None and not checked(scope, key):
                 continue

@@ -26,7 +26,17 @@ from ._vocabulary import ATTENTION_WEIGHT_KEYS
 from ._spec_arg import SpecLike, as_spec
 from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
 from ._trace_checks import warn_dead, warn_never_ran, warn_no_call, warn_no_tensor
-from .engine import KeptPlan, TracePlan, attached_spec, decorated_paths, keep_plan, kept_plan, normalized_tasks, own_output_map
+from .engine import (
+    KeptPlan,
+    ModelIndex,
+    TracePlan,
+    attached_spec,
+    decorated_paths,
+    keep_plan,
+    kept_plan,
+    normalized_tasks,
+    own_output_map,
+)
 from .engine import TraceScope as _Scope
 from .engine import TraceRun, plan_trace, unwrap
 from .errors import SpecError
@@ -38,9 +48,9 @@ from .spec._patch_rule import model_device, swap_pairs
 __all__ = ["trace", "plan", "Captures", "SpecLike"]
 
 
-def _model_scopes(model: nn.Module) -> list[_Scope]:
+def _model_scopes(model: nn.Module, index: ModelIndex) -> list[_Scope]:
     """The scopes of a model traced without a spec: its decorated forwards, else the root's own map."""
-    decorated = decorated_paths(model)
+    decorated = decorated_paths(model, index)
     if decorated:
         return [
             _Scope(number, path, model.get_submodule(path), normalized_tasks(_map_of(model.get_submodule(path))), True, {})
@@ -79,13 +89,15 @@ def _spec_scopes(model: nn.Module, spec: Spec, root_tasks: Any, strict: bool) ->
     return scopes
 
 
-def _resolve(model: nn.Module, spec: SpecLike | None, strict: bool) -> tuple[list[_Scope], Spec | None, Spec | None]:
+def _resolve(
+    model: nn.Module, spec: SpecLike | None, strict: bool, index: ModelIndex
+) -> tuple[list[_Scope], Spec | None, Spec | None]:
     """The scopes `trace` records for its `spec` argument, the explicit spec (None without one), and the
     spec the block follows (the explicit or the attached one; None for the model's own maps)."""
     if spec is None:
         attached = attached_spec(model)
         if attached is None:
-            return _model_scopes(model), None, None
+            return _model_scopes(model, index), None, None
         # from_pretrained set the attached spec's top-level map on the instance, retargeted to patched
         # classes, and applied its patches: its scopes are retargeted the same way here.
         followed = retarget_to_patches(model, attached)
@@ -102,8 +114,8 @@ class _AttentionReads:
 
     __slots__ = ("_dicts", "_configs", "_distinct", "_implementations")
 
-    def __init__(self, model: nn.Module) -> None:
-        self._dicts = [module.__dict__ for module in model.modules() if "config" in module.__dict__]
+    def __init__(self, index: ModelIndex) -> None:
+        self._dicts = [module.__dict__ for _, module in index.named() if "config" in module.__dict__]
         self._configs = [own["config"] for own in self._dicts]
         self._distinct = list({id(config): config for config in self._configs}.values())
         self._implementations = self._read()
@@ -115,11 +127,11 @@ class _AttentionReads:
         return list(map(dict.get, self._dicts, repeat("config"))) == self._configs and self._read() == self._implementations
 
 
-def _attention_reads(model: nn.Module, spec: Spec) -> _AttentionReads | None:
+def _attention_reads(index: ModelIndex, spec: Spec) -> _AttentionReads | None:
     """What a kept plan of `spec` must read again for the attention-weight check: nothing when the spec
     captures no attention weights."""
     keys = {key for section in spec.sections() for key in section.outputs}
-    return _AttentionReads(model) if ATTENTION_WEIGHT_KEYS.intersection(keys) else None
+    return _AttentionReads(index) if ATTENTION_WEIGHT_KEYS.intersection(keys) else None
 
 
 def plan(
@@ -164,13 +176,14 @@ def _kept(model: nn.Module, spec: SpecLike | None, outputs: str | Iterable[str] 
     if kept is not None and isinstance(spec, Spec) and kept.spec is not spec and kept.spec.locations != spec.locations:
         kept = None  # an equal spec written at other lines of its file: what planning reports is located anew
     if kept is None:
-        scopes, explicit, followed = _resolve(model, spec, strict)
-        planned = plan_trace(model, scopes, outputs)
+        index = ModelIndex(model)  # the one walk planning and its checks read
+        scopes, explicit, followed = _resolve(model, spec, strict, index)
+        planned = plan_trace(model, scopes, outputs, index)
         chosen = _chosen(planned, outputs)
-        dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, chosen, strict)
-        weights = [] if followed is None else attention_weight_issues(model, followed, checked=chosen)
-        checks = None if followed is None else _attention_reads(model, followed)
-        kept = keep_plan(model, key, planned, scopes, (dead, weights, followed), explicit, checks)
+        dead = [] if explicit is None else _dead_recorders(model, explicit, scopes, chosen, strict, index)
+        weights = [] if followed is None else attention_weight_issues(model, followed, checked=chosen, index=index)
+        checks = None if followed is None else _attention_reads(index, followed)
+        kept = keep_plan(model, key, index, planned, scopes, (dead, weights, followed), explicit, checks)
     dead, weights, followed = kept.warnings
     if dead:
         warn_dead(dead, stacklevel=4)  # warn_dead, _kept, __enter__ (or plan), the caller
@@ -191,10 +204,10 @@ def _chosen(planned: TracePlan, outputs: str | Iterable[str] | None) -> Callable
 
 
 def _dead_recorders(
-    model: nn.Module, spec: Spec, scopes: list[_Scope], checked: Callable[[str, str], bool], strict: bool
+    model: nn.Module, spec: Spec, scopes: list[_Scope], checked: Callable[[str, str], bool], strict: bool, index: ModelIndex
 ) -> list[Any]:
     """The dead recorders of an explicit spec among the keys the block records (a `SpecError` with `strict`)."""
-    issues = dead_recorders(model, spec, {s.path: s.module for s in scopes}, checked=checked)
+    issues = dead_recorders(model, spec, {s.path: s.module for s in scopes}, checked=checked, index=index)
     if issues and strict:
         raise SpecError(issues)
     return issues

@@ -21,7 +21,7 @@ from ._intercept import Interception
 from ._held import held_hooks, hold_hooks, release_hooks
 from ._padding import PaddingWatch, tasks_watch
 from ._padding import shared_warning, warning_state
-from ._plan import CAPTURE_MAP_ATTRIBUTE, invalidate, own_output_map, plan_hooks
+from ._plan import CAPTURE_MAP_ATTRIBUTE, ModelIndex, invalidate, own_output_map, plan_hooks
 from ._plans import KeptPlan, forget_plans, keep_plan, kept_plan
 from .._recorder import CAPTURE_DTYPES, CaptureMap, OutputRecorder, default_index, normalize_output_map, normalized_tasks
 from ._trace_plan import decorated_paths, is_under, scope_modules
@@ -50,6 +50,7 @@ __all__ = [
     "Interception",
     "Intervention",
     "KeptPlan",
+    "ModelIndex",
     "OPERATIONS",
     "RuntimeValue",
     "NO_CAPTURE",

@@ -6,6 +6,10 @@ to that map). It walks the model every time: whoever keeps a plan (`_plans`, `_h
 `PlanGuard` with it, which says whether the model still has the structure the walk read;
 `invalidate` makes every guard fail.
 
+`ModelIndex` is the one walk a plan is made from: every module's path, logical path (wrappers seen
+through), class, `_modules`; planning and the checks read it (`scope_modules`, `decorated_paths`, the
+attention-weight check) instead of walking the model again, and the kept plan's guard is made from it.
+
 The devices a recorder moves tensors to must exist (`require_devices`): checked as the walk plans,
 so a spec's `to: cuda` loads anywhere and fails at once, naming the key and the device, on a
 machine without it, instead of torch's assertion from inside a hook.
@@ -27,6 +31,7 @@ from ._wrappers import child_path, wrapped_attribute
 __all__ = [
     "CAPTURE_MAP_ATTRIBUTE",
     "HookPlan",
+    "ModelIndex",
     "PlanGuard",
     "plan_hooks",
     "invalidate",
@@ -129,6 +134,98 @@ class PlanGuard:
             and _members(self._containers) == self._members
             and list(map(type, self._modules)) == self._classes
         )
+
+
+class ModelIndex:
+    """One walk of a model from its root, in `named_modules`' order (parents first), each path once (a
+    module held at two paths appears at both; a module holding one of its ancestors does not recurse):
+    `paths` (dotted, "" for the root), `logical` (the same without wrapped attributes: `_wrappers`),
+    `modules`, `children` (each one's `_modules` dict, read once), `wrappers` (whether it wraps).
+
+    `subtree(path)` is `named_modules()` of the module at `path` with logical paths and wrappers left
+    out (what a scope's recorders match), `named()` the root's `named_modules()`; `guard()` the plan
+    guard of what was read.
+    """
+
+    __slots__ = ("generation", "paths", "logical", "modules", "children", "wrappers", "_at")
+
+    def __init__(self, root: nn.Module) -> None:
+        self.generation = _generation
+        paths: list[str] = []
+        logical: list[str] = []
+        modules: list[nn.Module] = []
+        children: list[dict[str, Any]] = []
+        wrappers: list[bool] = []
+        above: set[int] = set()  # the ids of the modules on the current path (a cycle stops there)
+
+        def visit(module: nn.Module, path: str, logic: str) -> None:
+            paths.append(path)
+            logical.append(logic)
+            modules.append(module)
+            kids = module._modules
+            children.append(kids)
+            wrapped = wrapped_attribute(module)
+            wrappers.append(wrapped is not None)
+            above.add(id(module))
+            seen = set()
+            for name, child in kids.items():
+                if child is None or child in seen or id(child) in above:
+                    continue
+                seen.add(child)
+                visit(
+                    child, f"{path}.{name}" if path else name, logic if name == wrapped else f"{logic}.{name}" if logic else name
+                )
+            above.discard(id(module))
+
+        visit(root, "", "")
+        self.paths, self.logical, self.modules, self.children, self.wrappers = paths, logical, modules, children, wrappers
+        self._at: dict[str, int] = {}
+        for number, path in enumerate(paths):
+            self._at.setdefault(path, number)
+
+    def guard(self) -> PlanGuard:
+        """Whether the model still has the structure this walk read (for whoever keeps a plan made from it)."""
+        return PlanGuard(self.generation, self.modules, self.children)
+
+    def _span(self, path: str) -> range:
+        """The positions of the module at `path` and of everything below it (a contiguous run: parents first)."""
+        start = self._at.get(path)
+        if start is None:
+            raise AttributeError(f"{type(self.modules[0]).__name__} has no submodule {path!r}")
+        prefix, end = f"{path}." if path else "", start + 1
+        while end < len(self.paths) and self.paths[end].startswith(prefix):
+            end += 1
+        return range(start, end)
+
+    def named(self, path: str = "") -> list[tuple[str, nn.Module]]:
+        """`get_submodule(path).named_modules()`: (path relative to it, module), each module once."""
+        seen: set[int] = set()
+        cut = len(path) + 1 if path else 0
+        found = []
+        for number in self._span(path):
+            module = self.modules[number]
+            if id(module) not in seen:
+                seen.add(id(module))
+                found.append((self.paths[number][cut:], module))
+        return found
+
+    def subtree(self, path: str) -> list[tuple[str, str, nn.Module]]:
+        """(path relative to the module at `path`, its logical path relative to it, module) for each
+        module `named(path)` gives that is no wrapper (what a recorder's `matches` sees)."""
+        seen: set[int] = set()
+        cut = len(path) + 1 if path else 0
+        span = self._span(path)
+        base = self.logical[span.start]
+        logical_cut = len(base) + 1 if base else 0
+        found = []
+        for number in span:
+            module = self.modules[number]
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            if not self.wrappers[number]:
+                found.append((self.paths[number][cut:], self.logical[number][logical_cut:], module))
+        return found
 
 
 # Bumped by `invalidate`: a guard made under an older generation no longer holds.

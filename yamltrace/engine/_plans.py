@@ -6,7 +6,8 @@ A kept plan is reused only while it is what planning again would give (this modu
 - its key is equal: the caller (`tracing`) builds it from the *content* of everything the plan was
   built from besides the model's structure and configs (the spec or the model's own map, the
   attached spec, the model's swaps and device, `outputs`, `strict`); never from object identity;
-- the model's structure is unchanged: the `_plan.PlanGuard` of a walk over every module of the model
+- the model's structure is unchanged: the `_plan.PlanGuard` of the walk the plan was made from
+  (`_plan.ModelIndex`, every module of the model)
   (a module added, removed, replaced or moved, by the container methods or `_modules` by hand, a
   class reassigned, a patch applied, `invalidate()`);
 - what it read from configs would be read the same (`_trace_plan.stale`: tie-last settings, layer
@@ -29,7 +30,7 @@ from typing import Any
 
 from torch import nn
 
-from ._plan import PlanGuard, plan_hooks
+from ._plan import ModelIndex
 from ._padding import plan_watch
 from ._trace_plan import Scope, TracePlan, config_reads, stale
 from ._trace_run import TraceRun
@@ -115,30 +116,26 @@ def kept_plan(model: nn.Module, key: Hashable) -> KeptPlan | None:
 def keep_plan(
     model: nn.Module,
     key: Hashable,
+    index: ModelIndex,
     plan: TracePlan,
     scopes: Sequence[Scope],
     warnings: Any,
     spec: Any = None,
     checks: Any = None,
 ) -> KeptPlan:
-    """Keep `plan` (planned from `scopes` for `key`) on `model`; returns what `kept_plan` will return.
+    """Keep `plan` (planned from `scopes` for `key`, reading `index`, the model's walk) on `model`;
+    returns what `kept_plan` will return, guarded by what the walk read.
     `checks`: what the caller's checks read besides (an object whose `holds()` says it reads the same).
     A key of None is not kept (the plan is returned for its one block)."""
     if key is None:
         return KeptPlan(None, None, plan, scopes, warnings, spec, checks)
-    kept = KeptPlan(key, _guard(model), plan, scopes, warnings, spec, checks)
+    kept = KeptPlan(key, index.guard(), plan, scopes, warnings, spec, checks)
     plans = _plans(model)
     if plans is None:
         plans = model.__dict__[ATTRIBUTE] = _Plans(model)
     with plans.lock:
         plans.kept = [kept, *(k for k in plans.kept if k.key != key)][:MAX_PLANS]
     return kept
-
-
-def _guard(model: nn.Module) -> PlanGuard:
-    """A guard over every module of `model` (a walk from the root recording nothing)."""
-    guard: PlanGuard = plan_hooks(model, (), nested_maps=False, guarded=True)[1]
-    return guard
 
 
 def forget_plans(model: nn.Module) -> None:

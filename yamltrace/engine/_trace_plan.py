@@ -25,14 +25,13 @@ from torch import nn
 
 from ..errors import CaptureError, did_you_mean
 from ._collector import HookRow
-from ._plan import plan_hooks
+from ._plan import ModelIndex, plan_hooks
 from .._recorder import OutputRecorder
 from ._positions import position_counter, resolve_selections
 from ._session import decorator_tie_last, tie_last_enabled
 import weakref
 from ._plan import own_output_map
 from .._recorder import normalized_tasks
-from ._wrappers import unwrapped_modules
 
 __all__ = [
     "Scope",
@@ -109,9 +108,12 @@ class TracePlan(NamedTuple):
     modules: tuple[tuple[str, ...], ...]
 
 
-def plan_trace(model: nn.Module, scopes: Sequence[Scope], outputs: str | Iterable[str] | None) -> TracePlan:
+def plan_trace(
+    model: nn.Module, scopes: Sequence[Scope], outputs: str | Iterable[str] | None, index: ModelIndex | None = None
+) -> TracePlan:
     """The plan of a block recording `scopes` of `model`, limited to the keys `outputs` names (all by
-    default); KeyError, listing the known keys, for a name the scopes do not expose."""
+    default); KeyError, listing the known keys, for a name the scopes do not expose. `index`: the
+    model's walk, if the caller has it."""
     paths = [s.path for s in scopes]
     top = outermost([s.path for s in scopes if s.tasks])
     rows = {s.path: _scope_rows(s, [p for p in paths if p != s.path and is_under(p, s.path)]) for s in scopes if s.path in top}
@@ -122,7 +124,7 @@ def plan_trace(model: nn.Module, scopes: Sequence[Scope], outputs: str | Iterabl
     ]
     names = exposed_names(keys_of, hooked, plain_owners(model, list(hooked), shared) if shared else None)
     wanted = _wanted(names, outputs)
-    decorated = decorated_paths(model)
+    decorated = decorated_paths(model, index)
     planned = []
     for scope in scopes:
         if scope.path not in rows:
@@ -242,10 +244,12 @@ def _forward(module: nn.Module) -> Any:
     return getattr(type(module), "forward", None)
 
 
-def decorated_paths(model: nn.Module) -> list[str]:
+def decorated_paths(model: nn.Module, index: ModelIndex | None = None) -> list[str]:
     """Dotted paths ("" for the root) of the modules whose forward carries a capture decorator
-    (yamltrace's or transformers' `capture_outputs`), in `named_modules` order."""
-    return [path for path, module in model.named_modules() if _is_decorated(type(module))]
+    (yamltrace's or transformers' `capture_outputs`), in `named_modules` order (`index`: the model's
+    walk, if the caller has it)."""
+    named = model.named_modules() if index is None else index.named()
+    return [path for path, module in named if _is_decorated(type(module))]
 
 
 def _is_decorated(cls: type) -> bool:
@@ -347,13 +351,16 @@ def exposed_names(
     return names
 
 
-def scope_modules(model: nn.Module, scope: str, nested: Iterable[str]) -> list[tuple[str, nn.Module]]:
+def scope_modules(
+    model: nn.Module, scope: str, nested: Iterable[str], index: ModelIndex | None = None
+) -> list[tuple[str, nn.Module]]:
     """(path relative to the scope module with a leading dot, module) of a scope's subtree, nested
-    scopes and wrappers (`_wrappers`) left out: the paths a recorder's `matches` sees."""
-    module = model.get_submodule(scope)
+    scopes and wrappers (`_wrappers`) left out: the paths a recorder's `matches` sees. `index`: the
+    model's walk, if the caller has it (else the model is walked)."""
+    index = ModelIndex(model) if index is None else index
     nested = [n for n in nested if n != scope and is_under(n, scope)]
     found = []
-    for raw, path, child in unwrapped_modules(module):
+    for raw, path, child in index.subtree(scope):
         full = f"{scope}.{raw}" if scope and raw else (raw or scope)
         if not any(is_under(full, n) for n in nested):
             found.append((f".{path}" if path else "", child))

@@ -18,12 +18,11 @@ class whose module was never imported cannot exist, so nothing is imported here.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from typing import cast
 
 from torch import nn
 
-__all__ = ["WRAPPERS", "wrapped_attribute", "unwrap", "child_path", "logical_path", "unwrapped_modules"]
+__all__ = ["WRAPPERS", "wrapped_attribute", "unwrap", "child_path", "logical_path"]
 
 # (module, class, attribute holding the wrapped module) of each wrapper seen through.
 WRAPPERS: tuple[tuple[str, str, str], ...] = (
@@ -84,11 +83,3 @@ def logical_path(root: nn.Module, path: str) -> str:
             kept.append(name)
         module = cast(nn.Module, module._modules[name])  # a path of named_modules: never an empty slot
     return ".".join(kept)
-
-
-def unwrapped_modules(root: nn.Module) -> Iterator[tuple[str, str, nn.Module]]:
-    """`(path, logical path, module)` for the modules of `root` as `named_modules` yields them, wrappers
-    left out: the logical path is what a recorder's `matches` sees (see `child_path`)."""
-    for path, module in root.named_modules():
-        if wrapped_attribute(module) is None:
-            yield path, logical_path(root, path), module
