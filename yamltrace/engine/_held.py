@@ -46,7 +46,7 @@ class HeldHooks(Sessions):
         super().__init__(forward_context())
         self.key = key
         self.guard = guard
-        self.interception = Interception()
+        self.interception = Interception(counted=True)  # (`intact` asked before each reuse)
         self.finalizer: Any = None
         self.released = False  # removed from `_held`; the last running forward removes the hooks
 

@@ -246,9 +246,10 @@ class Interception:
 
     __slots__ = ("_installed", "_counts", "_observers")
 
-    def __init__(self) -> None:
+    def __init__(self, counted: bool = False) -> None:
+        """`counted`: for an owner that keeps the installation and asks `intact()` later."""
         self._installed: list[tuple[nn.Module, _Interceptor, Any, str]] = []  # (module, its interceptor, entry, tuple)
-        self._counts: list[int] = []
+        self._counts: list[int] | None = [] if counted else None  # the hook counts `intact` compares with
         self._observers: list[RemovableHandle] = []  # hooks of `observe`
 
     def observe(
@@ -278,32 +279,36 @@ class Interception:
         added: list[tuple[nn.Module, Any, str]] = [(m, (listener, context), _LISTENERS) for m, listener, context in items]
         added += [(m, (enter, exit), _FRAMES) for m, enter, exit in frames]
         added += [(m, edit, kind) for m, kind, edit in edits]
-        start = len(self._installed)
+        installed = self._installed
+        start = len(installed)
         with _lock:
             try:
                 touched: dict[int, tuple[nn.Module, _Interceptor]] = {}
                 for module, entry, kind in added:
                     found = touched.get(id(module))
-                    if found is not None:
-                        interceptor = found[1]
-                    else:  # (a module without forward hooks has no interceptor)
-                        interceptor = module._forward_hooks and _interceptor_of(module) or _Interceptor()
-                    touched[id(module)] = (module, interceptor)
-                    self._installed.append((module, interceptor, entry, kind))
+                    if found is None:  # (a module without forward hooks has no interceptor)
+                        found = touched[id(module)] = (
+                            module,
+                            module._forward_hooks and _interceptor_of(module) or _Interceptor(),
+                        )
+                    interceptor = found[1]
+                    installed.append((module, interceptor, entry, kind))
                     setattr(interceptor, kind, getattr(interceptor, kind) + (entry,))
                 for module, interceptor in touched.values():
                     _bind(module, interceptor)
             except BaseException:
-                failed, self._installed[start:] = self._installed[start:], []
+                failed, installed[start:] = installed[start:], []
                 _take_off(failed)
                 raise
-            self._counts = _hook_counts(self._installed)
+            if self._counts is not None:
+                self._counts = _hook_counts(installed)
         return self
 
     def intact(self) -> bool:
         """Whether something is installed and no forward hook was added to or removed from an
-        intercepted module since, so every listener still sees what the caller receives."""
-        return bool(self._installed) and _hook_counts(self._installed) == self._counts
+        intercepted module since, so every listener still sees what the caller receives (an
+        `Interception(counted=True)` only: the others do not count hooks as they install)."""
+        return bool(self._installed) and self._counts is not None and _hook_counts(self._installed) == self._counts
 
     def remove(self) -> None:
         if self._installed:
@@ -324,9 +329,11 @@ def _hook_counts(installed: list[tuple[nn.Module, _Interceptor, Any, str]]) -> l
 def _take_off(installed: list[tuple[nn.Module, _Interceptor, Any, str]]) -> None:
     """Remove each installed entry from its interceptor, whose hooks then follow what it still holds
     (holding `_lock`)."""
-    for _, interceptor, entry, kind in installed:
+    touched: dict[int, tuple[nn.Module, _Interceptor]] = {}
+    for module, interceptor, entry, kind in installed:
         setattr(interceptor, kind, _without(getattr(interceptor, kind), entry))
-    for module, interceptor in {id(i): (m, i) for m, i, _, _ in installed}.values():
+        touched[id(interceptor)] = (module, interceptor)
+    for module, interceptor in touched.values():
         _bind(module, interceptor, reorder=False)
 
 
