@@ -258,9 +258,10 @@ def warn_no_call(outer: nn.Module, names: Iterable[str], *, taken: bool = False,
         else f"the block ended without a call of the {name} it traces"
     )
     warnings.warn(
-        f"trace: {what}, so {', '.join(map(repr, names))} recorded nothing. Call that {name} inside the block: calls of another module are not recorded (a copy of it, or "
-        f"a module inside it, whose calls are not steps: trace that module instead). To check a spec against a model "
-        "without running it, call `yamltrace.tracing.plan`.",
+        f"trace: {what}, so {', '.join(map(repr, names))} recorded nothing. Call that {name} itself inside the block: "
+        f"`{name}.forward(...)` called directly runs none of its hooks (call the module), and calls of another "
+        "module are not recorded (a copy of it; a module inside it, whose calls are not steps: trace that module "
+        "instead). To check a spec against a model without running it, call `yamltrace.tracing.plan`.",
         NeverRanWarning,
         stacklevel=stacklevel,
     )

@@ -89,10 +89,12 @@ def test_modules_that_ran_do_not_warn() -> None:
         assert len(captures["probs"]) == 2
 
 
-@pytest.mark.parametrize("calls", ["none", "a module inside", "a copy"])
+@pytest.mark.parametrize("calls", ["none", "a module inside", "a copy", "its forward"])
 def test_a_block_without_a_call_of_the_traced_model_says_it_recorded_nothing(calls: str) -> None:
     model = Net(fused=False)
-    other = {"none": None, "a module inside": model.blocks[0], "a copy": copy.deepcopy(model)}[calls]
+    other = {"none": None, "a module inside": model.blocks[0], "a copy": copy.deepcopy(model), "its forward": model.forward}[
+        calls
+    ]
     with pytest.warns(NeverRanWarning, match=r"without a call of the Net it traces, so 'probs' recorded nothing") as seen:
         with torch.no_grad(), yamltrace.trace(model, SPECS["class"]) as captures:
             if other is not None:
