@@ -267,6 +267,21 @@ def warn_no_call(outer: nn.Module, names: Iterable[str], *, taken: bool = False,
     )
 
 
+def warn_no_edit(model: nn.Module, paths: Mapping[str, tuple[str, ...]]) -> None:
+    """Warn (a `NeverRanWarning`) that an `intervene` block ended with none of its interventions
+    (`paths`: name -> edited modules) having edited anything: none of their modules ran."""
+    name = type(model).__name__
+    warnings.warn(
+        f"intervene: no intervention edited anything in the block ({', '.join(map(repr, paths))}): none of the "
+        f"modules they edit ran. Call the {name} the block was given inside it: a copy of it is not edited, and "
+        "code torch.compile compiled before the block runs no hook added later (compile under "
+        "`torch._dynamo.config.patch(skip_nnmodule_hook_guards=False)`, or make the compiled model's first call "
+        "inside a block).",
+        NeverRanWarning,
+        stacklevel=4,
+    )
+
+
 def raise_never_ran(idle: Mapping[str, tuple[str, ...]], steps: int) -> None:
     """`warn_never_ran`'s problem of interventions as an error (a block with `strict=True`)."""
     raise CaptureError(f"yamltrace: {never_ran_message(idle, steps, edits=True)} Pass strict=False to warn instead.")

@@ -256,7 +256,9 @@ class CacheNameError(YamltraceError, ValueError):
 
 class NeverRanWarning(UserWarning):
     """A `trace` block's key recorded nothing because its modules, which exist, never ran in the block's
-    calls of the model (a fused path that skips them, or code compiled before the block). Make it an
+    calls of the model (a fused path that skips them, or code compiled before the block); a block
+    recorded nothing because it never called the model it traces; an `intervene` block edited nothing
+    because none of its interventions' modules ran. Make it an
     error where an empty capture must fail a run: `warnings.simplefilter("error", NeverRanWarning)`, or
     pytest's `-W error::yamltrace.NeverRanWarning`."""
 

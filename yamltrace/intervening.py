@@ -19,7 +19,7 @@ from typing import Any
 from torch import nn
 
 from ._run_values import check_run_values
-from ._trace_checks import dead_hints, raise_never_ran, warn_never_ran
+from ._trace_checks import dead_hints, raise_never_ran, warn_never_ran, warn_no_edit
 from .engine import Collector, Interception, Intervention, RuntimeValue, Session, scope_modules, unwrap
 from .engine._editing import CallCheck, EditRow, edit_issue, edits_watch, install_edits, plan_edits
 from .engine._padding import warning_state
@@ -205,7 +205,8 @@ def intervene(
             intervention edits) or `NAME -> list/tuple` (one tensor per module, in module order).
         strict: an intervention that selects no module is a located `SpecError` (else a warning); one
             whose modules never ran in the block's calls of the model (while another's did) is a
-            `CaptureError` when the block ends (else a warning).
+            `CaptureError` when the block ends (else a warning). A block in which no intervention
+            edited anything says so (a `NeverRanWarning`: it did not call the model, or a copy).
 
     Yields:
         A read-only mapping: intervention name -> the paths of the modules it edits, in order.
@@ -235,3 +236,5 @@ def intervene(
         yield edits.paths
     if any(edits.ran):  # (the model ran: an intervention that edited nothing never ran)
         report_never_ran(edits, 0, strict, stacklevel=4)
+    elif edits.rows:
+        warn_no_edit(model, edits.paths)

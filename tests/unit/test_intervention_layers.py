@@ -72,8 +72,9 @@ def test_a_model_whose_modules_run_once_in_order_says_nothing() -> None:
     model = Looped((0, 1))
     out, said = _run(model)
     assert torch.equal(out, torch.full((1, WIDTH), 1 * 2 * 2 + 1.0)) and said == []
-    with yamltrace.intervene(model, load_spec(SPEC, trust_imports=True)):
+    with torch.no_grad(), yamltrace.intervene(model, load_spec(SPEC, trust_imports=True)):
         assert not model._forward_pre_hooks  # seen to run once: later blocks check nothing, pay nothing
+        model(torch.ones(1, WIDTH))
 
 
 def test_a_persistent_handle_warns_once() -> None:

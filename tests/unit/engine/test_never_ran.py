@@ -150,13 +150,22 @@ def test_a_trace_whose_interventions_never_ran_says_so() -> None:
             model(torch.ones(1, 4))
 
 
-def test_interventions_that_ran_or_blocks_without_calls_say_nothing() -> None:
+def test_interventions_that_ran_or_a_trace_block_recording_nothing_without_calls_say_nothing() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model = Net(fused=False)
         with torch.no_grad(), yamltrace.intervene(model, _edits(nn.Dropout)):
             assert torch.equal(model(torch.ones(1, 4)), torch.zeros(1, 4))
-        with yamltrace.intervene(Net(fused=True), _edits(nn.Dropout)):
-            pass
         with yamltrace.trace(Net(fused=True), _edits(nn.Dropout)):
             pass
+
+
+@pytest.mark.parametrize("calls", ["none", "a copy"])
+def test_an_intervene_block_in_which_nothing_was_edited_says_so(calls: str) -> None:
+    model = Net(fused=False)
+    other = copy.deepcopy(model) if calls == "a copy" else None
+    with pytest.warns(NeverRanWarning, match=r"intervene: no intervention edited anything in the block \('zero_dropout'\)") as seen:
+        with torch.no_grad(), yamltrace.intervene(model, _edits(nn.Dropout)):
+            if other is not None:
+                assert not torch.equal(other(torch.ones(1, 4)), torch.zeros(1, 4))  # (the copy is not edited)
+    assert len(seen) == 1 and seen[0].filename == __file__
