@@ -164,7 +164,9 @@ def test_interventions_that_ran_or_a_trace_block_recording_nothing_without_calls
 def test_an_intervene_block_in_which_nothing_was_edited_says_so(calls: str) -> None:
     model = Net(fused=False)
     other = copy.deepcopy(model) if calls == "a copy" else None
-    with pytest.warns(NeverRanWarning, match=r"intervene: no intervention edited anything in the block \('zero_dropout'\)") as seen:
+    with pytest.warns(
+        NeverRanWarning, match=r"intervene: no intervention edited anything in the block \('zero_dropout'\)"
+    ) as seen:
         with torch.no_grad(), yamltrace.intervene(model, _edits(nn.Dropout)):
             if other is not None:
                 assert not torch.equal(other(torch.ones(1, 4)), torch.zeros(1, 4))  # (the copy is not edited)
