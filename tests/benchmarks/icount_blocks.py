@@ -10,7 +10,9 @@ call's cost as the difference of two counts). On the tiny `LlamaModel` with no d
   forward: the baseline of the budget (one block per forward adds at most 1.2 times what they add);
 - `with trace(model, spec): model(ids)` for each way of naming the same recorders: the model's own map
   (`spec=None`), a dict spec, a spec file, and `builtin:llama` with `outputs=` its two keys;
-- an empty block (`with trace(model): pass`), whose cost is all set-up and tear-down;
+- an empty block (`with trace(model): pass`), whose cost is all set-up and tear-down, beside the
+  cost of registering and removing the hooks' forward hooks alone (what any block on torch's hooks
+  pays, with nothing of yamltrace's);
 - the peer tasks T2 and T3 (`peers.py`), each beside its own hooks: T2, a dict spec recording each
   decoder layer's, attention's and MLP's output, against forward hooks appending those outputs; T3, a
   dict spec recording each decoder layer's last position (literal `positions: [-1]`, which gives the
@@ -29,6 +31,7 @@ import os
 import statistics
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -125,6 +128,10 @@ def _tasks(model, ids, block) -> dict[str, Callable[[], object]]:
     }
 
 
+def _nothing(module, args, output) -> None:
+    return None
+
+
 def variants(model, ids, spec_path: str) -> dict[str, Callable[[], object]]:
     """Every variant of the section, by name (the raw forward first)."""
     from transformers.models.llama import modeling_llama as llama
@@ -144,9 +151,17 @@ def variants(model, ids, spec_path: str) -> dict[str, Callable[[], object]]:
         return call
 
     def empty() -> object:
-        with yamltrace.trace(model) as captures:
-            pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", yamltrace.NeverRanWarning)  # (it says the block made no call)
+            with yamltrace.trace(model) as captures:
+                pass
         return captures
+
+    def registered() -> object:
+        handles = [row[0].register_forward_hook(_nothing) for row in plan]
+        for handle in handles:
+            handle.remove()
+        return handles
 
     return {
         "raw forward": lambda: model(input_ids=ids),
@@ -160,6 +175,7 @@ def variants(model, ids, spec_path: str) -> dict[str, Callable[[], object]]:
             "builtin:llama", ["hidden_states", "attentions"]
         ),
         "empty trace(model) block, no forward": empty,
+        f"empty: {len(plan)} forward hooks registered and removed, no forward (torch's part of any block)": registered,
         **_tasks(model, ids, block),
     }
 
