@@ -18,6 +18,7 @@ machine without it, instead of torch's assertion from inside a hook.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import chain
 from typing import Any
 
 import torch
@@ -90,14 +91,16 @@ def _class_map(cls: type[nn.Module]) -> Any:
 
 
 _VALUES = dict.values
+_chain = chain.from_iterable
 # `tuple.__new__` directly: `HookRow(...)` would run the named tuple's Python `__new__` per row.
 _new_row: Callable[[type[HookRow], tuple[Any, ...]], HookRow] = tuple.__new__
 
 
-def _members(children: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """Each `_modules` dict's names and its modules' ids, to compare with an earlier reading (the
-    guard holds the modules it read, so an id compared is never a reused one)."""
-    return [(*names, *map(id, modules)) for names, modules in zip(map(tuple, children), map(_VALUES, children))]
+def _members(children: list[dict[str, Any]]) -> tuple[list[int], list[str], list[int]]:
+    """The `_modules` dicts' sizes, then all their names and all their modules' ids in order, to compare
+    with an earlier reading (the sizes keep each dict's part apart; the guard holds the modules it
+    read, so an id compared is never a reused one). Flat lists: compared in C, no tuple per dict."""
+    return list(map(len, children)), list(_chain(children)), list(map(id, _chain(map(_VALUES, children))))
 
 
 class PlanGuard:

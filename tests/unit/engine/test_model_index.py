@@ -77,3 +77,13 @@ def test_its_guard_sees_what_changes_the_structure_after_the_walk() -> None:
     model.decoder["layers"].insert(0, nn.Linear(4, 4))
     model.decoder["layers"].pop(-1)  # (the same size again)
     assert not guard.holds(model)
+
+
+def test_its_guard_sees_a_member_move_to_the_container_before_it_under_the_same_name() -> None:
+    model = nn.Module()
+    model.a = nn.ModuleDict({"x": nn.Linear(2, 2)})
+    model.b = nn.ModuleDict({"y": nn.Linear(2, 2)})
+    guard = ModelIndex(model).guard()
+    moved = model.b._modules.pop("y")
+    model.a._modules["y"] = moved  # every name and module in the same order, read container by container; b empty
+    assert not guard.holds(model)
