@@ -185,7 +185,7 @@ def _install(
     check = CallCheck.of(rows)
     watch = edits_watch(rows, check is not None)
     if watch is not None:
-        watch.hooks(root, active, warned, None if check is None else check.finished, owner)
+        watch.hooks(root, active, warned, owner)
     if check is not None:
         check.install(owner)
     return ran

@@ -72,9 +72,14 @@ def test_a_model_whose_modules_run_once_in_order_says_nothing() -> None:
     model = Looped((0, 1))
     out, said = _run(model)
     assert torch.equal(out, torch.full((1, WIDTH), 1 * 2 * 2 + 1.0)) and said == []
-    with torch.no_grad(), yamltrace.intervene(model, load_spec(SPEC, trust_imports=True)):
-        assert not model._forward_pre_hooks  # seen to run once: later blocks check nothing, pay nothing
-        model(torch.ones(1, WIDTH))
+
+
+def test_a_module_seen_to_run_once_is_checked_again_in_a_later_block() -> None:
+    model = Looped((0, 1))
+    assert _run(model)[1] == []
+    model.order = (0, 1, 1)  # (a loop whose count depends on the input or a setting)
+    out, said = _run(model)
+    assert torch.equal(out, torch.full((1, WIDTH), ((1 * 2) * 2 + 1) * 2 + 1.0)) and len(said) == 1
 
 
 def test_a_persistent_handle_warns_once() -> None:

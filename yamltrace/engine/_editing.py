@@ -50,10 +50,9 @@ from typing import cast
 from ._collector import block_open, session_records
 from ._intercept import INPUTS, OUTPUTS, Interception
 import warnings
-import weakref
 from torch.compiler import is_dynamo_compiling
-from ._intercept import Enter, Exit
-from ._padding import RootCall, root_call
+from ._intercept import InputEdit
+from ._padding import root_call
 from ._padding import caller_stacklevel
 
 __all__ = [
@@ -517,13 +516,11 @@ def _gated(edit: Edit, session: Any, ran: list[bool], row: int) -> Callable[...,
     return vector
 
 
-# The edited modules seen to run exactly once in a root call.
-_ONCE: weakref.WeakSet[nn.Module] = weakref.WeakSet()
-
-
 class CallCheck:
-    """The check of the `rows` whose intervention has `layers` and whose module is not known to run
-    once per root call: `install()` puts its frames on them, `finished(call)` takes a root call's counts."""
+    """The check of the `rows` whose intervention has `layers`: `install()` counts each one's calls per
+    root call (the root call's `calls`, set by the padding watch's root hooks) and warns, once per
+    block or handle, when one runs a second time in a call. It runs in every block: whether a module
+    runs once per call can change with the input (a loop whose count depends on it)."""
 
     def __init__(self, rows: Sequence[EditRow]) -> None:
         self.rows = rows
@@ -532,36 +529,28 @@ class CallCheck:
     @classmethod
     def of(cls, rows: Sequence[EditRow]) -> CallCheck | None:
         """The check of `rows`, None when none needs one."""
-        kept = [row for row in rows if row.edit.iv.select.layers is not None and row.module not in _ONCE]
+        kept = [row for row in rows if row.edit.iv.select.layers is not None]
         return cls(kept) if kept else None
 
     def install(self, into: Interception) -> None:
-        """Put the counting frames on the checked modules, owned by `into`."""
-        into.add(frames=[(row.module, *_frame(row, self.warned)) for row in self.rows])
-
-    def finished(self, call: RootCall) -> None:
-        """A root call ended: the modules that ran once in it need no check again."""
-        for row in self.rows:
-            if call.calls.get(id(row.edit)) == 1:
-                _ONCE.add(row.module)
+        """Put the counting on the checked modules, owned by `into`: an input entry that changes nothing
+        (the module's forward pre-hook; no frame, which would add two more hooks)."""
+        into.add(edits=[(row.module, INPUTS, _counter(row, self.warned)) for row in self.rows])
 
 
-def _frame(row: EditRow, warned: list[bool]) -> tuple[Enter, Exit]:
+def _counter(row: EditRow, warned: list[bool]) -> InputEdit:
     key = id(row.edit)  # per intervention and module: two edits of one module count apart
 
-    def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def count(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         call = None if is_dynamo_compiling() else root_call.get()
-        if call is None:
-            return
-        count = call.calls[key] = call.calls.get(key, 0) + 1
-        if count == 2 and not warned[0]:
-            warned[0] = True
-            warnings.warn(_message(row), stacklevel=caller_stacklevel())  # (at the model code calling the module)
+        if call is not None:
+            calls = call.calls[key] = call.calls.get(key, 0) + 1
+            if calls == 2 and not warned[0]:
+                warned[0] = True
+                warnings.warn(_message(row), stacklevel=caller_stacklevel())  # (at the model code calling the module)
+        return args, kwargs
 
-    def exit(token: None, output: Any, finished: bool) -> None:
-        return None
-
-    return enter, exit
+    return count
 
 
 def _message(row: EditRow) -> str:

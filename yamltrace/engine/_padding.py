@@ -260,11 +260,10 @@ class PaddingWatch:
         module: nn.Module,
         is_active: Callable[[], bool],
         warned: list[bool],
-        finished: Callable[[RootCall], None] | None,
         into: Interception,
     ) -> None:
         """`enter` and `exit` as forward hooks on `module` (the exit one runs also when the forward
-        raises), for calls made while `is_active()`, `finished(call)` as each ends; `into` owns them."""
+        raises), for calls made while `is_active()`; `into` owns them."""
         owner = object()
 
         def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -280,8 +279,6 @@ class PaddingWatch:
             call = None if is_dynamo_compiling() else root_call.get()
             if call is not None and call.owner is owner:
                 root_call.reset(call.token)  # type: ignore[arg-type]
-                if finished is not None:
-                    finished(call)
 
         into.observe(module, before, after)
 
