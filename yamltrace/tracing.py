@@ -27,6 +27,7 @@ from ._spec_arg import SpecLike, as_spec
 from ._trace_checks import attention_weight_issues, check_recorders, dead_recorders, retarget_to_patches, warn_attention_weights
 from ._trace_checks import warn_dead, warn_never_ran, warn_no_call, warn_no_tensor
 from .engine import (
+    EditRow,
     KeptPlan,
     ModelIndex,
     TracePlan,
@@ -40,7 +41,6 @@ from .engine import (
 from .engine import TraceScope as _Scope
 from .engine import TraceRun, plan_trace, unwrap
 from .errors import SpecError
-from .engine._editing import EditRow
 from .intervening import BlockEdits, planned_edits, report_never_ran, start_edits
 from .spec import Spec, load_spec
 from .spec._patch_rule import model_device, swap_pairs

@@ -15,7 +15,7 @@ the names below are what the rest of the package uses.
 from ._attached import attach_interventions, attach_spec, attached_spec
 from ._collector import Collector, entry_of
 from .._intervention import OPERATIONS, Intervention, RuntimeValue
-from ._editing import edited_modules
+from ._editing import EditRow, edited_modules
 from ._editing import head_count
 from ._intercept import Interception
 from ._held import held_hooks, hold_hooks, release_hooks
@@ -49,6 +49,7 @@ __all__ = [
     "Collector",
     "Interception",
     "Intervention",
+    "EditRow",
     "KeptPlan",
     "ModelIndex",
     "OPERATIONS",
