@@ -200,35 +200,33 @@ class ModelIndex:
             end += 1
         return range(start, end)
 
-    def named(self, path: str = "") -> list[tuple[str, nn.Module]]:
-        """`get_submodule(path).named_modules()`: (path relative to it, module), each module once."""
+    def _once(self, path: str) -> list[int]:
+        """The positions in `_span(path)` of each module's first path (as `named_modules` dedups)."""
         seen: set[int] = set()
-        cut = len(path) + 1 if path else 0
         found = []
         for number in self._span(path):
-            module = self.modules[number]
-            if id(module) not in seen:
-                seen.add(id(module))
-                found.append((self.paths[number][cut:], module))
+            if id(self.modules[number]) not in seen:
+                seen.add(id(self.modules[number]))
+                found.append(number)
         return found
+
+    def named(self, path: str = "") -> list[tuple[str, nn.Module]]:
+        """`get_submodule(path).named_modules()`: (path relative to it, module), each module once."""
+        cut = len(path) + 1 if path else 0
+        return [(self.paths[number][cut:], self.modules[number]) for number in self._once(path)]
 
     def subtree(self, path: str) -> list[tuple[str, str, nn.Module]]:
         """(path relative to the module at `path`, its logical path relative to it, module) for each
         module `named(path)` gives that is no wrapper (what a recorder's `matches` sees)."""
-        seen: set[int] = set()
+        numbers = self._once(path)
         cut = len(path) + 1 if path else 0
-        span = self._span(path)
-        base = self.logical[span.start]
+        base = self.logical[numbers[0]]
         logical_cut = len(base) + 1 if base else 0
-        found = []
-        for number in span:
-            module = self.modules[number]
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
-            if not self.wrappers[number]:
-                found.append((self.paths[number][cut:], self.logical[number][logical_cut:], module))
-        return found
+        return [
+            (self.paths[number][cut:], self.logical[number][logical_cut:], self.modules[number])
+            for number in numbers
+            if not self.wrappers[number]
+        ]
 
 
 # Bumped by `invalidate`: a guard made under an older generation no longer holds.
