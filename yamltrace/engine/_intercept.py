@@ -113,7 +113,8 @@ class _Interceptor:
         except BaseException:
             self._exit(None, False)
             raise
-        self._exit(output, True)
+        if self.pending:  # (frames entered: the common listener-only call has none)
+            self._exit(output, True)
         return output
 
     def _exit(self, output: Any, finished: bool) -> None:
