@@ -10,7 +10,7 @@ each is reported as the median of its same-round ratio to the plain forward, and
 that a task's captures keep alive (a view of a whole output keeps the whole output).
 
 Not part of the test suite; it needs the `bench` extra (nnsight, pyvene, transformer-lens pinned):
-`make bench-peers`, or `python tests/benchmarks/peers.py [--hidden 512 --seq 128] [--write docs/performance.md]`.
+`make bench-peers`, or `python tests/benchmarks/peers.py [--hidden 512 --seq 128] [--layers 32] [--write docs/performance.md]`.
 """
 
 from __future__ import annotations
@@ -345,6 +345,7 @@ def write_section(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=15)
@@ -357,12 +358,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         spec_path = str(Path(folder) / "spec.yaml")
         Path(spec_path).write_text(_SPEC_FILE, encoding="utf-8")
-        model = build_model(args.hidden)
+        model = build_model(args.hidden, args.layers)
         ids = harness.input_ids(args.seq)
         results = {task: run_task(model, task, ids, spec_path, calls=args.calls, rounds=args.rounds) for task in TASKS}
         big = build_model(args.memory_hidden)
         memory = run_task(big, "T3", harness.input_ids(args.memory_seq), spec_path, calls=1, rounds=1)
-    title = f"tiny LlamaForCausalLM, 8 layers, hidden {args.hidden}, seq {args.seq}, batch 1, 1 thread, {args.rounds} rounds × {args.calls} calls"
+    title = f"tiny LlamaForCausalLM, {args.layers} layers, hidden {args.hidden}, seq {args.seq}, batch 1, 1 thread, {args.rounds} rounds × {args.calls} calls"
     text = "\n\n".join([table(results, title), memory_table(memory, f"T3 at hidden {args.memory_hidden}, seq {args.memory_seq}")])
     print(text)
     added = {task: statistics.median([results[task][p]["added"] for p in PEERS]) for task in TASKS}
