@@ -42,6 +42,7 @@ __all__ = [
     "is_inside",
     "inside_folder",
     "names_folder",
+    "resolved_file",
 ]
 
 MAX_JSON_DEPTH = 64  # nesting levels of a folder's JSON file or safetensors header; yamltrace writes 4 at most
@@ -141,12 +142,24 @@ def inside_folder(path: str | os.PathLike[str], folder: str | os.PathLike[str]) 
 def names_folder(path: str | os.PathLike[str]) -> str:
     """The real folder that relative names in the file `path` (a spec's `extends`) resolve against: the
     folder of its target, except for a Hub cache snapshot link into `blobs/`, whose names are the snapshot's."""
-    real = os.path.realpath(path)
-    named_in = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    blobs = _hub_blobs(Path(named_in))
-    if blobs is not None and is_inside(real, os.path.realpath(blobs)):
-        return named_in
-    return os.path.dirname(real)
+    return resolved_file(path)[1]
+
+
+def resolved_file(path: str | os.PathLike[str]) -> tuple[str, str]:
+    """The real path of the file `path` (links resolved) and its `names_folder`. The folder's links are
+    resolved once: a file that is no link is its real folder's entry."""
+    absolute = os.path.abspath(path)
+    named_in = os.path.realpath(os.path.dirname(absolute))
+    name = os.path.basename(absolute)
+    if name in ("", os.curdir, os.pardir) or os.path.islink(absolute):
+        real = os.path.realpath(absolute)
+    else:
+        real = os.path.join(named_in, name)
+    if "snapshots" in named_in:  # (`_hub_blobs` looks for a folder of that name)
+        blobs = _hub_blobs(Path(named_in))
+        if blobs is not None and is_inside(real, os.path.realpath(blobs)):
+            return real, named_in
+    return real, os.path.dirname(real)
 
 
 def _kind(mode: int) -> str:

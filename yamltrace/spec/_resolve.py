@@ -18,7 +18,7 @@ from torch import nn
 from .. import specs
 from .._recorder_fields import EDIT_FIELDS, RECORDER_FIELDS, default_index
 from .._recorder import OutputRecorder
-from .._folder import names_folder
+from .._folder import resolved_file
 from ..errors import MAX_ISSUES, SpecError, SpecIssue
 from ._interventions import InterventionReader
 from ._load_cache import TensorRead, spec_loads
@@ -284,7 +284,7 @@ def _load_key(source: Any, trust_imports: bool, for_model: Any, max_bytes: int, 
     else:
         return None
     # What the name leads to now: a re-pointed link or another working directory is another spec.
-    file = name if name.startswith(specs.PREFIX) else (os.path.realpath(name), names_folder(name))
+    file = name if name.startswith(specs.PREFIX) else resolved_file(name)
     model: Any = None
     if for_model is not None:
         model_cls = for_model if isinstance(for_model, type) else type(for_model)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +145,56 @@ def test_json_with_too_many_objects_lists_and_strings_is_refused_before_parsing(
         _folder.read_json(folder, "strings.json", max_bytes=1000)
     with pytest.raises(FolderError, match=r"holds 11 objects, lists and strings, over 10 \(MAX_JSON_ITEMS\)"):
         _folder.read_json(folder, "many.json", max_bytes=1000)
+
+
+def _names_folder_by_definition(path):
+    """`names_folder` spelled out: the folder of the link's target, except a Hub snapshot link into its
+    own `blobs/`, whose names are the snapshot's."""
+    real = os.path.realpath(path)
+    named_in = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    for snapshot in (Path(named_in), *Path(named_in).parents):
+        if snapshot.parent.name == "snapshots" and "--" in snapshot.parent.parent.name:
+            blobs = os.path.realpath(snapshot.parent.parent / "blobs")
+            if real == blobs or real.startswith(blobs + os.sep):
+                return named_in
+    return os.path.dirname(real)
+
+
+def test_a_resolved_file_is_its_real_path_and_the_folder_its_names_resolve_against(tmp_path, monkeypatch):
+    from yamltrace._folder import names_folder, resolved_file
+
+    repo = tmp_path / "models--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "abc").write_text("{}")
+    snapshot = repo / "snapshots" / "rev1"
+    (snapshot / "sub").mkdir(parents=True)
+    os.symlink("../../blobs/abc", snapshot / "spec.yaml")
+    os.symlink("../../../blobs/abc", snapshot / "sub" / "spec.yaml")
+    (snapshot / "own.yaml").write_text("{}")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "spec.yaml").write_text("{}")
+    os.symlink(plain / "spec.yaml", tmp_path / "file_link.yaml")
+    os.symlink(plain, tmp_path / "folder_link")
+    os.symlink(repo / "blobs" / "abc", plain / "blob_link.yaml")
+    os.symlink(snapshot, tmp_path / "snapshot_link")
+    monkeypatch.chdir(plain)
+    paths = [
+        plain / "spec.yaml",
+        tmp_path / "file_link.yaml",
+        tmp_path / "folder_link" / "spec.yaml",
+        plain / "blob_link.yaml",
+        snapshot / "spec.yaml",
+        snapshot / "sub" / "spec.yaml",
+        snapshot / "own.yaml",
+        tmp_path / "snapshot_link" / "spec.yaml",
+        "spec.yaml",
+        "../folder_link/spec.yaml",
+        plain / "missing.yaml",
+    ]
+    for path in paths:
+        expected = (os.path.realpath(path), _names_folder_by_definition(path))
+        assert resolved_file(path) == expected, path
+        assert names_folder(path) == expected[1], path
+    assert resolved_file(snapshot / "spec.yaml") == (str(repo / "blobs" / "abc"), str(snapshot))
+    assert resolved_file(tmp_path / "folder_link" / "spec.yaml") == (str(plain / "spec.yaml"), str(plain))
