@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import transformers
+from packaging.version import Version
 from torch import nn
 
-from yamltrace._versions import cache_named_cache
 from yamltrace.kernels import GatedMLP, GemmaRMSNorm, RMSNorm, SdpaAttention
 
 SEQ = 10
@@ -98,7 +99,8 @@ def cached(family: str, dtype: torch.dtype = torch.float32) -> nn.Module:
 
 def with_cache(cache: Any) -> dict[str, Any]:
     """The forward keywords that pass `cache` under the installed transformers' name (`cache` from 5.24.0)."""
-    return {"cache" if cache_named_cache() else "past_key_values": cache, "use_cache": True}
+    named_cache = Version(transformers.__version__) >= Version("5.24.0")
+    return {"cache" if named_cache else "past_key_values": cache, "use_cache": True}
 
 
 def ids(batch: int = 2, seq: int = SEQ) -> torch.Tensor:

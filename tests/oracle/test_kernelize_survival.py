@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaging.version import Version
 
 import yamltrace
 from helpers import hook_count
 from helpers_transformers import tiny_llama_config
-from yamltrace._versions import transformers_version
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaRMSNorm  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    transformers_version() < (5, 25, 0), reason="transformers kernelizes at from_pretrained from 5.25 on"
+    Version(transformers.__version__) < Version("5.25.0"), reason="transformers kernelizes at from_pretrained from 5.25 on"
 )
 IDS = torch.tensor([[1, 5, 9, 13, 17, 21]])
 ZERO_NORM = "yamltrace: 1\ninterventions:\n  z:\n    class_name: model.norm\n    zero: true\n"

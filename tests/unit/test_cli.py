@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -11,12 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
 import yaml
+from helpers import ROOT
 
 from yamltrace.cli import main
-from yamltrace.cli._report import FileResult, GitHubReporter
-from yamltrace.errors import SpecIssue
 from yamltrace.spec import SCHEMA_FILE
 
 INVALID = sorted((ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
@@ -161,15 +158,6 @@ def test_github_lines(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_github_valid_specs_print_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "validate", "--format", "github", *SHIPPED) == (0, "")
-
-
-def test_github_escaping() -> None:
-    issue = SpecIssue("50% sure\r\nnext line: a, b", "$.outputs['a:b']", "dir/a,b:c%.yaml", 3, 7)
-    stream = io.StringIO()
-    GitHubReporter(stream).report([FileResult("dir/a,b:c%.yaml", "invalid", (issue,))])
-    assert stream.getvalue() == (
-        "::error file=dir/a%2Cb%3Ac%25.yaml,line=3,col=7,title=yamltrace::$.outputs['a:b']: 50%25 sure%0D%0Anext line: a, b\n"
-    )
 
 
 def test_github_escapes_a_real_file_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from yamltrace.cli import main
-from yamltrace.cli._report import escape_text
 
 
 def test_a_newline_in_a_base_file_name_cannot_forge_a_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -19,13 +18,6 @@ def test_a_newline_in_a_base_file_name_cannot_forge_a_line(tmp_path: Path, capsy
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and lines[1] == "1 file, 1 invalid, 1 problem"
     assert "looks like another issue\\nbase.yaml" in lines[0]
-
-
-@pytest.mark.parametrize(
-    "text, shown", [("a\nb", "a\\nb"), ("a\\b", "a\\\\b"), ("\x85\u2028\x1b", "\\x85\\u2028\\x1b"), ("é", "é")]
-)
-def test_escape_text(text: str, shown: str) -> None:
-    assert escape_text(text) == shown
 
 
 def test_github_annotations_escape_control_characters_in_file_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

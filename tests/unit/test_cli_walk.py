@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from yamltrace.cli import main
-from yamltrace.cli._files import collect
 
 PRE_COMMIT = "repos:\n  - repo: local\n    hooks:\n      - id: x\n        entry: yamltrace validate\n"
 SPEC = "yamltrace: 1\noutputs:\n  hidden_states: X\n"
@@ -46,11 +45,13 @@ def test_walking_skips_yaml_without_a_yamltrace_key_and_says_how_many(repo: Path
 def test_exclude_leaves_out_files_and_directories(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, out = run(capsys, "validate", ".", "--exclude", "broken.yaml", "--exclude", ".github")
     assert (status, out) == (0, "2 files, 0 invalid, 0 problems, 1 YAML file skipped (no top-level 'yamltrace:' key)\n")
-    found = collect(["."], exclude=["specs/*", ".pre-commit-config.yaml"])
-    assert [t.problem and t.problem.message for t in found.targets] == [
-        "no spec files (*.yaml, *.yml) in this directory; 1 YAML file without a top-level 'yamltrace:' key skipped"
+    status, out = run(capsys, "validate", ".", "--format", "json", "--exclude", "specs/*", "--exclude", ".pre-commit-config.yaml")
+    document = json.loads(out)
+    assert status == 2
+    assert [(f["file"], [i["message"] for i in f["issues"]]) for f in document["files"]] == [
+        (".", ["no spec files (*.yaml, *.yml) in this directory; 1 YAML file without a top-level 'yamltrace:' key skipped"])
     ]
-    assert found.skipped == ["./.github/workflows/ci.yml"]
+    assert document["skipped"] == ["./.github/workflows/ci.yml"]
 
 
 def test_a_file_named_is_checked_even_without_the_key(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
