@@ -310,10 +310,20 @@ def test_the_guide_names_the_hf_extra_where_it_is_needed() -> None:
     assert 'pip install "yamltrace[torch,hf]"' in (ROOT / "docs" / "extract.md").read_text(encoding="utf-8")
 
 
-def test_a_tokenizer_without_transformers_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from yamltrace.errors import ExtractError
-    from yamltrace.extraction._data import load_tokenizer
+def test_a_tokenizer_without_transformers_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from yamltrace.cli import main
 
+    (tmp_path / "data.txt").write_text("a text\n", encoding="utf-8")
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
-    with pytest.raises(ExtractError, match=r"needs transformers and tokenizers .*pip install 'yamltrace\[hf\]'"):
-        load_tokenizer(tmp_path)
+    argv = [
+        "extract", "--model", "yamltrace.examples.tiny:TinyModel", "--config", str(tmp_path / "config.json"),
+        "--data", str(tmp_path / "data.txt"), "--tokenizer", str(tmp_path), "--max-length", "4", "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    assert main(argv) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(
+        r"yamltrace extract: error: --tokenizer needs transformers and tokenizers .*pip install 'yamltrace\[hf\]'\.", line
+    )
+    assert not (tmp_path / "out").exists()

@@ -1,8 +1,9 @@
-"""`yamltrace extract`: the same rows as the Python API, errors before any shard, progress output."""
+"""`yamltrace extract`: a checkpoint with its spec, errors before any shard (bad rows, usage, an unknown
+key or builtin spec, an output path that is a file), resume refused after a change of seed, data or
+tokenizer, and what a finished rerun says."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
@@ -14,9 +15,7 @@ from helpers_extract import TEXTS, tiny_tokenizer
 import yamltrace
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig, TinyModel
-from yamltrace.extraction import extract, open_activations
-from yamltrace.extraction._data import TokenizedBatches, load_tokenizer, open_texts
-from yamltrace.extraction._progress import Progress
+from yamltrace.extraction import open_activations
 
 SPEC = str(ROOT / "specs" / "tiny-last-layers.yaml")
 MODEL = "yamltrace.examples.tiny:TinyModel"
@@ -36,29 +35,6 @@ def command(inputs: dict[str, Path], *extra: str) -> list[str]:
         "extract", "--model", MODEL, "--config", str(inputs["config"]), "--spec", SPEC, "--data", str(inputs["data"]),
         "--tokenizer", str(inputs["tokenizer"]), "--max-length", "6", "--batch-size", "4", "--out", str(inputs["out"]), *extra,
     ]  # fmt: skip
-
-
-def test_the_command_stores_what_the_api_stores(inputs, tmp_path: Path, capsys) -> None:
-    from yamltrace.extraction._data import file_sha256, tokenizer_sha256
-
-    assert main(command(inputs)) == 0
-    out, err = capsys.readouterr()
-    assert out == f"wrote 14 rows of hidden_states, attentions, input_ids, attention_mask in 1 shard(s) to {inputs['out']}\n"
-    assert "extract: 4/4 batches, 14 rows" in err
-    torch.manual_seed(0)
-    model = TinyModel(TinyConfig()).eval()
-    tokenizer = load_tokenizer(inputs["tokenizer"])
-    batches = TokenizedBatches(open_texts(inputs["data"]), tokenizer, batch_size=4, max_length=6)
-    expected = extract(model, SPEC, batches, tmp_path / "api", progress=False)
-    got = open_activations(inputs["out"])
-    assert got.keys() == expected.keys() and len(got) == len(expected) == 14
-    for key in got:
-        assert torch.equal(got.get(key), expected.get(key)), key
-    assert got.index["run"]["data"] == {
-        "data": str(inputs["data"]), "bytes": inputs["data"].stat().st_size, "sha256": file_sha256(inputs["data"]),
-        "text_field": "text", "tokenizer": str(inputs["tokenizer"]), "tokenizer_sha256": tokenizer_sha256(tokenizer),
-        "max_length": 6, "batch_size": 4, "seed": 0,
-    }  # fmt: skip
 
 
 def test_a_checkpoint_and_its_spec(inputs, tmp_path: Path, capsys) -> None:
@@ -125,31 +101,6 @@ def test_builtin_specs_are_read_from_the_library_when_it_ships(inputs, capsys) -
     assert not inputs["out"].exists()
 
 
-def test_progress_on_a_terminal_redraws_one_line_with_an_eta() -> None:
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    stream = Terminal()
-    progress = Progress(10, stream=stream, redraw=1e9)
-    progress.update(1, 4)
-    progress.update(1, 4)
-    progress.finish()
-    shown = stream.getvalue()
-    assert shown.count("\r\033[K") == 3 and shown.endswith("\n") and shown.count("\n") == 1
-    assert "extract [##......................] 1/10 batches, 4 rows, " in shown and ", ETA " in shown
-    assert shown.split("\r")[-1].startswith("\033[Kextract [####....................] 2/10 batches, 8 rows, ")
-
-
-def test_progress_in_a_log_prints_plain_lines() -> None:
-    stream = io.StringIO()
-    progress = Progress(None, stream=stream, every=1e9)
-    progress.update(3, 30)
-    progress.finish()
-    (line,) = stream.getvalue().splitlines()
-    assert line.startswith("extract: 3 batches, 30 rows, ") and "rows/s" in line and "\r" not in line
-
-
 def test_deeply_nested_json_is_reported_as_a_bad_row(inputs, capsys) -> None:
     with open(inputs["data"], "a", encoding="utf-8") as f:
         f.write('{"text": "x", "deep": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
@@ -196,34 +147,3 @@ def test_an_output_path_that_is_a_file_is_one_line(inputs, capsys) -> None:
         capsys.readouterr().err
         == f"yamltrace extract: error: {inputs['out']}: cannot use it as the output folder (a file); choose another --out / out_dir.\n"
     )
-
-
-def test_a_full_disk_is_one_line(inputs, capsys, monkeypatch) -> None:
-    import yamltrace.extraction._writer as writer_module
-
-    def disk_full(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(writer_module, "write_safetensors", disk_full)
-    assert main(command(inputs, "--quiet")) == 1
-    (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith(
-        f"yamltrace extract: error: writing activation shards to {inputs['out']} failed: No space left on device."
-    )
-    assert "run the same command again to resume" in line
-    assert not any(p.name.endswith(".tmp") for p in inputs["out"].iterdir())
-
-
-def test_an_interrupted_bar_ends_its_line() -> None:
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    stream = Terminal()
-    Progress(10, stream=stream, redraw=1e9).stop()
-    assert stream.getvalue() == "", "nothing drawn, nothing to end"
-    progress = Progress(10, stream=stream, redraw=1e9)
-    progress.update(1, 4)
-    progress.stop()
-    shown = stream.getvalue()
-    assert shown.startswith("\r\033[Kextract [##") and shown.endswith("\n") and shown.count("\n") == 1

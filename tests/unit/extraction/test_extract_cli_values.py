@@ -4,6 +4,7 @@ usage errors, an unsafe file, and resume (the values are part of the run)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,6 @@ from test_extract_cli import MODEL, inputs  # noqa: F401  (the fixture)
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig, TinyModel
 from yamltrace.extraction import extract, open_activations
-from yamltrace.extraction._data import TokenizedBatches, load_tokenizer, open_texts
 
 STEERED = """\
 yamltrace: 1
@@ -46,10 +46,23 @@ def _argv(inputs: dict[str, Path], spec: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def _batches(inputs: dict[str, Path]) -> list[dict[str, torch.Tensor]]:
+    """The command's batches, tokenised here: 4 texts each, padded and truncated to 6 tokens."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(inputs["tokenizer"]), local_files_only=True)
+    lines = inputs["data"].read_text(encoding="utf-8").splitlines()
+    texts = [json.loads(line)["text"] for line in lines]
+    return [
+        dict(tokenizer(texts[i : i + 4], padding="max_length", truncation=True, max_length=6, return_tensors="pt"))
+        for i in range(0, len(texts), 4)
+    ]
+
+
 def _api(inputs: dict[str, Path], spec: Path, out: Path, values: dict) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = TinyModel(TinyConfig()).eval()
-    batches = TokenizedBatches(open_texts(inputs["data"]), load_tokenizer(inputs["tokenizer"]), batch_size=4, max_length=6)
+    batches = _batches(inputs)
     acts = extract(model, spec, batches, out, progress=False, values=values)
     return {str(layer): acts.get("hidden_states", layer) for layer in acts.layers("hidden_states")}
 

@@ -16,11 +16,11 @@ from helpers_extract import TEXTS, tiny_tokenizer
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig
 from yamltrace.extraction import ExtractError, extract, open_activations
-from yamltrace.extraction._index import TEXTS_FIELD
 
 TINY = ROOT / "specs" / "tiny.yaml"
 SHARD = 30_000  # two batches of the fixture per shard
 COLUMNS = ["labels", "id", "score"]
+TEXTS_FIELD = "yamltrace.texts"  # the metadata entry of a shard that holds its text columns (docs/extract.md)
 
 
 def with_columns(batches: list[dict]) -> list[dict]:
@@ -188,7 +188,7 @@ class _Feature:
 
 
 class _Dataset:
-    """What `open_dataset` reads of a `datasets` dataset: column names, features, rows by index."""
+    """What `yamltrace extract --dataset` reads of a `datasets` dataset: column names, features, rows by index."""
 
     def __init__(self, rows: list[dict]) -> None:
         self.rows, self.column_names = rows, list(rows[0])
@@ -201,18 +201,23 @@ class _Dataset:
         return self.rows[i]
 
 
-def test_a_datasets_dataset_carries_its_columns(model, tmp_path: Path, monkeypatch) -> None:
+def test_a_datasets_dataset_carries_its_columns(tmp_path: Path, monkeypatch, capsys) -> None:
     import types
-
-    from yamltrace.extraction._data import TokenizedBatches, load_tokenizer, open_dataset
 
     rows = [{"text": t, "label": i} for i, t in enumerate(TEXTS)]
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=lambda name, split: _Dataset(rows)))
-    with pytest.raises(ExtractError, match=r"no column 'labels', which --columns names \(columns: text, label\)"):
-        open_dataset("tiny", "train", columns=["labels"])
-    texts = open_dataset("tiny", "train", columns=["label"])
-    tokenizer = load_tokenizer(tiny_tokenizer(tmp_path / "tok"))
-    batches = TokenizedBatches(texts, tokenizer, batch_size=3, max_length=6)
-    assert batches[2]["label"] == [6]
-    acts = extract(model, TINY, batches, tmp_path / "out", columns=["label"], progress=False)
+    config = tmp_path / "config.json"
+    TinyConfig().save(config)
+    argv = [
+        "extract", "--model", "yamltrace.examples.tiny:TinyModel", "--config", str(config), "--spec", str(TINY),
+        "--dataset", "tiny", "--split", "train", "--tokenizer", str(tiny_tokenizer(tmp_path / "tok")), "--max-length", "6",
+        "--batch-size", "3", "--out", str(tmp_path / "out"), "--quiet",
+    ]  # fmt: skip
+    assert main([*argv, "--columns", "labels"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("no column 'labels', which --columns names (columns: text, label).")
+    assert not (tmp_path / "out").exists()
+    assert main([*argv, "--columns", "label"]) == 0, capsys.readouterr().err
+    acts = open_activations(tmp_path / "out")
+    assert acts.index["batches"][2] == [0, 6, 1] and acts.column("label", rows=slice(6, 7)).tolist() == [6]
     assert acts.column("label").tolist() == list(range(len(TEXTS)))

@@ -14,13 +14,14 @@ from helpers_folder import bounded
 from safetensors.torch import load_file, save_file
 
 from yamltrace import OutputRecorder
-from yamltrace._folder import MAX_HEADER_BYTES
 from yamltrace.errors import FolderError, YamltraceError
 from yamltrace.examples.tiny import TinyConfig, TinyDecoderLayer, TinyModel
 from yamltrace.extraction import extract, open_activations
-from yamltrace.extraction._index import MAX_INDEX_BYTES
 
 SPEC = {"hidden_states": OutputRecorder(TinyDecoderLayer, index=0, layers=(0, 1))}
+# The caps docs/security.md gives: an activations index.json, and one safetensors header (of a shard).
+MAX_INDEX_BYTES = 64 * 2**20
+MAX_HEADER_BYTES = 64 * 2**20
 
 
 @pytest.fixture(scope="module")
