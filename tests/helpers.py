@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from yamltrace.patch import apply_patches
 from yamltrace.spec import PatchEntry, Spec
 
 # The repository root, and the test data (spec fixtures, plugin packages).
@@ -53,3 +55,33 @@ def hook_count(model: nn.Module) -> int:
 def patch_spec(*entries: tuple) -> Spec:
     """A Spec holding only patch entries `(pattern, replacement[, device])`."""
     return Spec(outputs={}, patches=tuple(PatchEntry(e[0], e[1], str(e[1]), *e[2:]) for e in entries))
+
+
+def swapped(
+    mapping: Any, *names: str, base: type[nn.Module] = nn.Module, device: str | None = None
+) -> dict[str, type[nn.Module]]:
+    """What `apply_patches(mapping, device=device)` puts in place of class attributes with these names
+    (fresh subclasses of `base` in a module of their own), by name; a name it leaves alone is absent.
+    Checks that each swap is in place inside the block and undone after it."""
+    module = types.ModuleType("patch_lookup")
+    originals = {name: type(name, (base,), {}) for name in names}
+    for name, original in originals.items():
+        setattr(module, name, original)
+    with apply_patches(mapping, modules=module, device=device) as replaced:
+        found = {r.path.removeprefix("patch_lookup."): r.replacement for r in replaced}
+        assert {name: getattr(module, name) for name in names} == {**originals, **found}
+    assert {name: getattr(module, name) for name in names} == originals
+    return found
+
+
+def selected(mapping: Any, name: str, base: type[nn.Module] = nn.Module, device: str | None = None) -> type[nn.Module] | None:
+    """The class `apply_patches` puts in place of a class attribute called `name` (`swapped`), or None."""
+    return swapped(mapping, name, base=base, device=device).get(name)
+
+
+class ConfigPart(nn.Module):
+    """A model part built from the config, as the demo model's are (a replacement's constructor is
+    checked against the original's)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()

@@ -6,6 +6,7 @@ import sys
 import types
 
 import pytest
+from helpers import selected
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,6 @@ from transformers import monkey_patching as hf
 from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeTopKRouter
 
 from yamltrace import patch as ours
-from yamltrace.spec._patch_rule import PatchRule
 from yamltrace.kernels import SdpaLlamaAttention
 from yamltrace.patch import apply_patches, patch_model, patch_output_recorders
 from yamltrace.spec import load_spec
@@ -61,7 +61,7 @@ def empty_transformers_registry():
 @given(keys=st.lists(st.sampled_from(KEYS), unique=True), name=st.sampled_from(NAMES))
 def test_lookup_equals_transformers(keys, name):
     mapping = {key: REPLACEMENTS[KEYS.index(key)] for key in keys}
-    assert PatchRule(mapping).replacement_for(name) is hf._find_replacement_class(name, mapping)
+    assert selected(mapping, name) is hf._find_replacement_class(name, mapping)
 
 
 def outcome(call) -> type | None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import ConfigPart, swapped
 import torch
 from torch import nn
 
 from yamltrace import SpecError, load_spec, patch_model, trace, validate_spec
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyModel
 from yamltrace.kernels import SdpaTinyAttention
-from yamltrace.patch._registry import resolve_rule
-from yamltrace.spec._patch_rule import device_matches
 
 TINY_SPEC = "yamltrace: 1\nmodel: TinyModel\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: TinyDecoderLayer\n"
 
@@ -156,7 +155,12 @@ def test_to_and_patch_device_refuse_the_same_devices_with_the_same_fix(device: s
     ],
 )
 def test_a_patch_device_with_an_index_matches_that_device_only(wanted: str, device: str, matches: bool) -> None:
-    assert device_matches(wanted, device) is matches
+    spec = load_spec(
+        f"yamltrace: 1\noutputs: {{}}\npatches:\n  TinyAttention: {{replace_with: torch.nn:Identity, device: '{wanted}'}}\n"
+    )
+    assert swapped(spec, "TinyAttention", "TinyMLP", base=ConfigPart, device=device) == (
+        {"TinyAttention": nn.Identity} if matches else {}
+    )
 
 
 def test_a_patch_for_cuda_0_is_left_out_on_cpu() -> None:
@@ -165,9 +169,9 @@ def test_a_patch_for_cuda_0_is_left_out_on_cpu() -> None:
         "  TinyAttention: {replace_with: yamltrace.kernels:SdpaTinyAttention, device: 'cuda:0'}\n"
         "  TinyMLP: {replace_with: yamltrace.examples.tiny:TinyMLP, device: cpu}\n"
     )
-    assert list(resolve_rule(spec, "cpu").mapping) == ["TinyMLP"]
-    assert list(resolve_rule(spec, "cuda:0").mapping) == ["TinyAttention"]
-    assert list(resolve_rule(spec, "cuda:1").mapping) == []
+    assert list(swapped(spec, "TinyAttention", "TinyMLP", base=ConfigPart, device="cpu")) == ["TinyMLP"]
+    assert list(swapped(spec, "TinyAttention", "TinyMLP", base=ConfigPart, device="cuda:0")) == ["TinyAttention"]
+    assert list(swapped(spec, "TinyAttention", "TinyMLP", base=ConfigPart, device="cuda:1")) == []
 
 
 def test_a_target_class_that_shares_its_name_with_the_models_is_told_apart() -> None:

@@ -13,11 +13,14 @@ import torch
 from helpers_folder import bounded
 from safetensors.torch import save_file
 
-from yamltrace._folder import MAX_HEADER_BYTES, MAX_JSON_DEPTH
 from yamltrace.checkpoint import SPEC_FILE, from_pretrained, save_pretrained
-from yamltrace.checkpoint._weights import MAX_SHARD_INDEX_BYTES
 from yamltrace.errors import FolderError, SpecError
 from yamltrace.examples.tiny import TinyModel
+
+# The caps of a checkpoint folder's files, as docs/security.md states them.
+MAX_HEADER_BYTES = 64 * 2**20  # one safetensors header
+MAX_SHARD_INDEX_BYTES = 64 * 2**20  # a `*.index.json` of sharded weights
+MAX_JSON_DEPTH = 64  # nesting of a folder's JSON files and headers
 
 SPEC = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: TinyDecoderLayer\n"
 LOAD = """
@@ -68,7 +71,10 @@ def test_a_shard_index_and_a_safetensors_header_over_their_caps_are_refused_befo
     with open(ckpt / "model.safetensors", "r+b") as f:
         f.write((MAX_HEADER_BYTES + 1).to_bytes(8, "little"))
         f.truncate(MAX_HEADER_BYTES + 100)  # sparse
-    with pytest.raises(FolderError, match=r"model\.safetensors: the weights file's header is [\d,]+ bytes, over the"):
+    with pytest.raises(
+        FolderError,
+        match=rf"model\.safetensors: the weights file's header is [\d,]+ bytes, over the {MAX_HEADER_BYTES:,}-byte limit",
+    ):
         TinyModel.from_pretrained(ckpt)
     _sharded(tiny, ckpt)
     with open(ckpt / "model.safetensors.index.json", "r+b") as f:

@@ -16,12 +16,23 @@ import pytest
 import torch
 from helpers import ROOT
 
-from yamltrace import load_spec
+from yamltrace import SpecError
 from yamltrace.checkpoint import SPEC_FILE, from_pretrained, save_pretrained
-from yamltrace.examples.tiny import TinyModel
+from yamltrace.examples.tiny import TinyConfig, TinyModel
 
 SPEC_MAIN = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: TinyDecoderLayer  # main\n"
 SPEC_V2 = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  mlp: {target: TinyMLP, index: 0}  # v2\n"
+
+
+class HubTiny(TinyModel):
+    """The demo model as `from_pretrained` sees a transformers class: no `config_class.load`, so the class
+    loads itself (here: freshly built) and the spec is fetched from the Hub on its own, as for transformers."""
+
+    config_class = None  # type: ignore[assignment]
+
+    @classmethod
+    def from_pretrained(cls, path: object, **options: object) -> HubTiny:  # type: ignore[override]
+        return cls(TinyConfig())
 
 
 def add_revision(cache: Path, repo_id: str, ref: str, files: dict[str, bytes], absent: tuple[str, ...] = ()) -> str:
@@ -74,20 +85,18 @@ def test_a_repo_without_a_spec_loads_without_one_logged_at_debug(cache: Path, ca
 
 
 def test_transformers_hub_id_whose_spec_is_known_absent_is_debug(cache: Path, caplog) -> None:
-    from yamltrace.checkpoint._hub import hub_spec_file
-
     with caplog.at_level(logging.DEBUG, logger="yamltrace.checkpoint"):
-        assert hub_spec_file("org/tiny", SPEC_FILE, {"revision": "bare", "cache_dir": cache, "local_files_only": True}) is None
+        model = from_pretrained(HubTiny, "org/tiny", revision="bare", cache_dir=cache, local_files_only=True)
+    assert not hasattr(model, "yamltrace_spec")
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("DEBUG", "org/tiny@bare has no yamltrace.yaml: loading without a spec.")
     ]
 
 
 def test_a_spec_the_offline_cache_never_saw_is_warned_about(cache: Path, caplog) -> None:
-    from yamltrace.checkpoint._hub import hub_spec_file
-
     with caplog.at_level(logging.DEBUG, logger="yamltrace.checkpoint"):
-        assert hub_spec_file("org/tiny", SPEC_FILE, {"revision": "unseen", "cache_dir": cache, "local_files_only": True}) is None
+        model = from_pretrained(HubTiny, "org/tiny", revision="unseen", cache_dir=cache, local_files_only=True)
+    assert not hasattr(model, "yamltrace_spec")
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         (
             "WARNING",
@@ -189,8 +198,6 @@ def test_a_downloaded_spec_brings_the_tensor_files_its_interventions_read(tmp_pa
     import huggingface_hub
     from safetensors.torch import save_file
 
-    from yamltrace.checkpoint._hub import hub_spec_file
-
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / SPEC_FILE).write_text(STEERED, encoding="utf-8")
@@ -210,13 +217,14 @@ def test_a_downloaded_spec_brings_the_tensor_files_its_interventions_read(tmp_pa
     monkeypatch.setattr(
         huggingface_hub, "get_hf_file_metadata", lambda url, **options: SimpleNamespace(size=(repo / url).stat().st_size)
     )
-    path = hub_spec_file("org/steered", SPEC_FILE, {})
-    assert path == snapshot / SPEC_FILE
+    spec = from_pretrained(HubTiny, "org/steered").yamltrace_spec
+    assert Path(spec.source) == snapshot / SPEC_FILE
     assert asked == [SPEC_FILE, "steer.safetensors"]
-    assert load_spec(path).interventions[0].value.shape == (32,)
+    assert spec.interventions[0].value.shape == (32,)
     hostile = STEERED + '  out: {target: TinyDecoderLayer, layers: [0], add: {tensor: "../outside.safetensors:v"}}\n'
     (repo / SPEC_FILE).write_text(hostile, encoding="utf-8")
     asked.clear()
     (snapshot / "steer.safetensors").unlink()
-    assert hub_spec_file("org/steered", SPEC_FILE, {}) == snapshot / SPEC_FILE
+    with pytest.raises(SpecError, match=rf"^{snapshot / SPEC_FILE}:6:\d+: \$\.interventions\.out\.add\.tensor: "):
+        from_pretrained(HubTiny, "org/steered")
     assert asked == [SPEC_FILE]

@@ -10,9 +10,25 @@ import pytest
 import torch
 
 from yamltrace import SpecError, load_spec, validate_spec
-from yamltrace.checkpoint import SPEC_FILE
+from yamltrace.checkpoint import SPEC_FILE, from_pretrained
+from yamltrace.examples.tiny import TinyConfig, TinyModel
+from yamltrace.spec import DEFAULT_MAX_BYTES
 
 HEAD = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\n"
+# Limits of a spec's chain, as docs/security.md states them.
+MAX_EXTENDS_DEPTH = 16  # files in an `extends` chain, the first included
+MAX_TENSOR_FILE_BYTES = 1 << 30  # one tensor file
+
+
+class HubTiny(TinyModel):
+    """The demo model as `from_pretrained` sees a transformers class: no `config_class.load`, so the class
+    loads itself (here: freshly built) and the spec is fetched from the Hub on its own, as for transformers."""
+
+    config_class = None  # type: ignore[assignment]
+
+    @classmethod
+    def from_pretrained(cls, path: object, **options: object) -> HubTiny:  # type: ignore[override]
+        return cls(TinyConfig())
 
 
 class FakeHub:
@@ -58,10 +74,10 @@ class FakeHub:
 
 
 def spec_from_hub(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> Path | None:
-    from yamltrace.checkpoint._hub import hub_spec_file
-
+    """Load `HubTiny` by Hub id from `hub`: the file the loaded model's spec came from (None: no spec)."""
     hub.install(monkeypatch)
-    return hub_spec_file("org/steered", SPEC_FILE, {})
+    spec = getattr(from_pretrained(HubTiny, "org/steered"), "yamltrace_spec", None)
+    return None if spec is None else Path(spec.source)
 
 
 def tensors(**named: torch.Tensor) -> bytes:
@@ -98,8 +114,9 @@ def test_a_chain_of_bases_and_their_tensor_files_come_with_the_spec(tmp_path: Pa
 
 def test_a_builtin_base_is_yamltraces_own_file_never_asked_for(tmp_path: Path, monkeypatch) -> None:
     hub = FakeHub(tmp_path, {SPEC_FILE: "yamltrace: 1\nextends: builtin:llama\noutputs:\n  h: X\n"})
-    path = spec_from_hub(hub, monkeypatch)
-    assert {"h", "hidden_states"} <= set(validate_spec(path).data["outputs"])
+    with pytest.raises(SpecError, match=r"\$\.outputs\.h: "):  # X is no class of the tiny model's
+        spec_from_hub(hub, monkeypatch)
+    assert {"h", "hidden_states"} <= set(validate_spec(hub.snapshot / SPEC_FILE).data["outputs"])
     assert hub.asked == [SPEC_FILE]
     assert hub.sized == []
 
@@ -130,8 +147,6 @@ def test_an_extends_cycle_is_a_located_error_after_the_files_of_the_chain(tmp_pa
 
 
 def test_a_chain_too_long_stops_asking_at_its_limit(tmp_path: Path, monkeypatch) -> None:
-    from yamltrace.spec._limits import MAX_EXTENDS_DEPTH
-
     chain = {f"b{i}.yaml": f"yamltrace: 1\nextends: b{i + 1}.yaml\n" for i in range(MAX_EXTENDS_DEPTH + 5)}
     hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: b0.yaml\n", **chain})
     with pytest.raises(SpecError, match=rf"\$\.extends: the extends chain is longer than {MAX_EXTENDS_DEPTH} files"):
@@ -140,8 +155,6 @@ def test_a_chain_too_long_stops_asking_at_its_limit(tmp_path: Path, monkeypatch)
 
 
 def test_a_base_larger_than_the_spec_budget_is_never_downloaded(tmp_path: Path, monkeypatch) -> None:
-    from yamltrace.spec._reader import DEFAULT_MAX_BYTES
-
     big = "yamltrace: 1\n" + "#" * DEFAULT_MAX_BYTES + "\n"
     hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: big.yaml\n", "big.yaml": big})
     with pytest.raises(
@@ -161,7 +174,6 @@ def test_a_base_the_repository_lacks_is_the_readers_located_not_found(tmp_path: 
 
 def test_a_tensor_file_over_its_cap_is_never_downloaded(tmp_path: Path, monkeypatch) -> None:
     from yamltrace.errors import FolderError
-    from yamltrace.spec._limits import MAX_TENSOR_FILE_BYTES
 
     spec = HEAD + 'interventions:\n  s: {target: TinyDecoderLayer, add: {tensor: "v.safetensors:v"}}\n'
     hub = FakeHub(tmp_path, {SPEC_FILE: spec, "v.safetensors": b"\0" * (MAX_TENSOR_FILE_BYTES + 1)})
@@ -170,35 +182,40 @@ def test_a_tensor_file_over_its_cap_is_never_downloaded(tmp_path: Path, monkeypa
     assert hub.asked == [SPEC_FILE]
 
 
-def test_a_yamltrace_models_snapshot_brings_the_bases_too(tmp_path: Path, monkeypatch) -> None:
+def test_a_yamltrace_models_snapshot_brings_the_bases_too(tmp_path: Path, monkeypatch, tiny) -> None:
     """`snapshot_download` takes the config, weights and `yamltrace.yaml` by pattern; the bases follow by name."""
     import huggingface_hub
 
-    from yamltrace.checkpoint._hub import hub_snapshot
+    from yamltrace.checkpoint import save_pretrained
 
-    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: base.yaml\n", "base.yaml": "yamltrace: 1\noutputs:\n  h: A\n"})
+    save_pretrained(tiny, tmp_path / "saved")
+    hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: base.yaml\n", "base.yaml": "yamltrace: 1\noutputs:\n  h: TinyMLP\n"})
     hub.install(monkeypatch)
 
     def snapshot_download(repo_id: str, **options: object) -> str:
+        for saved in (tmp_path / "saved").iterdir():
+            if saved.name != SPEC_FILE:
+                (hub.snapshot / saved.name).write_bytes(saved.read_bytes())
         hub.download(repo_id, SPEC_FILE)
         return str(hub.snapshot)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
-    assert hub_snapshot("org/steered", {}) == hub.snapshot
+    model = from_pretrained(TinyModel, "org/steered")
+    assert Path(model.yamltrace_spec.source) == hub.snapshot / SPEC_FILE
     assert hub.asked == [SPEC_FILE, "base.yaml"]
-    assert validate_spec(hub.snapshot / SPEC_FILE).data["outputs"] == {"h": "A"}
+    assert validate_spec(hub.snapshot / SPEC_FILE).data["outputs"] == {"h": "TinyMLP"}
     hub.asked.clear()
     (hub.snapshot / "base.yaml").unlink()
-    assert hub_snapshot("org/steered", {"local_files_only": True}) == hub.snapshot
+    with pytest.raises(SpecError, match=rf"^{hub.snapshot / SPEC_FILE}:3:\d+: \$\.extends: base spec 'base\.yaml' not found"):
+        from_pretrained(TinyModel, "org/steered", local_files_only=True)
     assert hub.asked == [SPEC_FILE]  # offline: only the cache is read
 
 
 def test_a_spec_that_does_not_parse_is_left_to_the_load_which_reports_every_problem(tmp_path: Path, monkeypatch) -> None:
     hub = FakeHub(tmp_path, {SPEC_FILE: HEAD + "extends: base.yaml\noutputs: [\n", "base.yaml": "yamltrace: 1\n"})
-    path = spec_from_hub(hub, monkeypatch)
-    assert hub.asked == [SPEC_FILE]
     with pytest.raises(SpecError, match=r"yamltrace\.yaml:\d+:\d+: "):
-        load_spec(path)
+        spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE]
 
 
 def test_a_yamltrace_model_by_hub_id_loads_steered_through_its_base(tmp_path: Path, monkeypatch, tiny, input_ids) -> None:
@@ -265,12 +282,11 @@ def test_a_fetched_base_that_links_out_of_the_folder_is_refused_unread(tmp_path:
 def test_a_tensor_file_the_repository_lacks_is_the_loads_located_error(tmp_path: Path, monkeypatch) -> None:
     spec = HEAD + 'interventions:\n  s: {target: TinyDecoderLayer, add: {tensor: "gone.safetensors:v"}}\n'
     hub = FakeHub(tmp_path, {SPEC_FILE: spec})
-    path = spec_from_hub(hub, monkeypatch)
-    assert hub.asked == [SPEC_FILE] and hub.sized == ["gone.safetensors"]
     with pytest.raises(
         SpecError, match=r"yamltrace\.yaml:4:\d+: \$\.interventions\.s\.add\.tensor: .*gone\.safetensors.*not found"
     ):
-        load_spec(path)
+        spec_from_hub(hub, monkeypatch)
+    assert hub.asked == [SPEC_FILE] and hub.sized == ["gone.safetensors"]
 
 
 def _hub_cache(tmp_path: Path, spec: str) -> Path:

@@ -4,6 +4,7 @@ and `apply_patches` refuse it, naming the parameter; the shipped attention takes
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import types
 from types import SimpleNamespace
@@ -13,7 +14,6 @@ import pytest
 import torch
 from torch import nn
 
-from yamltrace._forwards import ignored_keywords
 from yamltrace.errors import PatchError
 from yamltrace.examples.tiny import TinyAttention, TinyConfig
 from yamltrace.kernels import SdpaAttention, SdpaTinyAttention, UnsupportedModuleError
@@ -66,6 +66,32 @@ class Decorated(nn.Module):
     @deprecating
     def forward(self, hidden_states, cache=None, **kwargs):
         return hidden_states
+
+
+def ignored_keywords(original: type, replacement: type) -> list[str]:
+    """The keywords of `original.forward` that `apply_patches` says `replacement.forward` would silently
+    ignore, in the original's order; [] when it names none.
+
+    The module patched holds a stand-in for `original` (a subclass under its name), so that even
+    `original` itself is judged as a replacement. Keywords are judged before the forward's calls, so a
+    refusal for a call (a TypeError the callers would see) means no keyword would be ignored."""
+    stand_in = type(original.__name__, (original,), {"__module__": original.__module__, "__qualname__": original.__qualname__})
+    module = types.ModuleType("models_under_test")
+    setattr(module, original.__name__, stand_in)
+    try:
+        with apply_patches({original.__name__: replacement}, modules=module):
+            pass
+    except PatchError as error:
+        (problem,) = [p.message for p in error.problems]
+    else:
+        return []
+    finally:
+        assert getattr(module, original.__name__) is stand_in
+    ignoring = f"{replacement.__module__}.{replacement.__qualname__}.forward would silently ignore "
+    if not problem.startswith(ignoring):
+        assert " cannot be called as " in problem, problem
+        return []
+    return re.findall(r"`(\w+)`", problem[len(ignoring) :].split(": ", 1)[0])
 
 
 @pytest.mark.parametrize(
@@ -187,10 +213,16 @@ def rotary(seq: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("name", ["cache", "past_key_values"])
 def test_sdpa_attention_takes_the_cache_under_both_names(name):
     class EagerV523(nn.Module):
+        def __init__(self, config, layer_idx):
+            super().__init__()
+
         def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
             return hidden_states
 
     class EagerV524(nn.Module):
+        def __init__(self, config, layer_idx):
+            super().__init__()
+
         def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, **kwargs):
             return hidden_states
 

@@ -5,6 +5,7 @@ changes, naming both forwards and the fix; `forward_differences` lists deliberat
 from __future__ import annotations
 
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ import torch
 from torch import nn
 
 import yamltrace
-from yamltrace._forwards import call_problem
 from yamltrace.checkpoint import save_pretrained
 from yamltrace.errors import PatchError
 from yamltrace.examples.tiny import TinyMLP, TinyModel
@@ -60,6 +60,24 @@ class DeliberatelyFewer(nn.Module):
         return x
 
 
+def refusal(original: type, replacement: type) -> str | None:
+    """The problem `apply_patches` reports for `replacement` in place of `original`, or None when it
+    accepts the swap. The module patched holds a stand-in for `original` (a subclass under its name), so
+    that even `original` itself is judged as a replacement; it holds the stand-in again afterwards."""
+    stand_in = type(original.__name__, (original,), {"__module__": original.__module__, "__qualname__": original.__qualname__})
+    module = types.ModuleType("models_under_test")
+    setattr(module, original.__name__, stand_in)
+    try:
+        with apply_patches({original.__name__: replacement}, modules=module):
+            pass
+    except PatchError as error:
+        (problem,) = error.problems
+        return problem.message
+    finally:
+        assert getattr(module, original.__name__) is stand_in
+    return None
+
+
 @pytest.mark.parametrize(
     ("replacement", "why"),
     [
@@ -70,7 +88,7 @@ class DeliberatelyFewer(nn.Module):
     ],
 )
 def test_a_forward_that_cannot_be_called_as_the_original_is_refused(replacement, why) -> None:
-    problem = call_problem(Original, replacement)
+    problem = refusal(Original, replacement)
     assert problem is not None and re.search(why, problem), problem
     assert problem.startswith(f"{__name__}.{replacement.__qualname__}.forward(")
     assert f"cannot be called as {__name__}.Original.forward(x, mask=None, *, scale=1.0, **kwargs) is" in problem
@@ -79,7 +97,7 @@ def test_a_forward_that_cannot_be_called_as_the_original_is_refused(replacement,
 
 @pytest.mark.parametrize("replacement", [Original, RenamedInput, Deliberate, DeliberatelyFewer])
 def test_matching_forwards_a_renamed_input_and_listed_differences_pass(replacement) -> None:
-    assert call_problem(Original, replacement) is None
+    assert refusal(Original, replacement) is None
 
 
 class ResidualMLP(TinyMLP):

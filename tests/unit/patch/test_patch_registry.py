@@ -5,12 +5,15 @@ from __future__ import annotations
 import threading
 
 import pytest
-from helpers import patch_spec
+from helpers import patch_spec, selected, swapped
 from torch import nn
 
-from yamltrace.patch import clear_patch_mapping, get_patch_mapping, register_patch_mapping, unregister_patch_mapping
-from yamltrace.patch._registry import PatchRegistry, resolve_rule
-from yamltrace.spec._patch_rule import PatchRule
+from yamltrace.patch import (
+    clear_patch_mapping,
+    get_patch_mapping,
+    register_patch_mapping,
+    unregister_patch_mapping,
+)
 
 
 class A(nn.Module):
@@ -28,40 +31,40 @@ class C(nn.Module):
 def test_exact_name_beats_a_regex_registered_before_it():
     register_patch_mapping({".*Attention": A, "LlamaAttention": B})
     mapping = get_patch_mapping()
-    assert PatchRule(mapping).replacement_for("LlamaAttention") is B
-    assert PatchRule(mapping).replacement_for("MistralAttention") is A
+    assert selected(mapping, "LlamaAttention") is B
+    assert selected(mapping, "MistralAttention") is A
 
 
 def test_regex_uses_search_so_unanchored_patterns_match_anywhere():
     mapping = {"Attention": A, "^Llama\\d+Attention$": B}
-    assert PatchRule(mapping).replacement_for("LlamaAttentionBlock") is A
-    assert PatchRule(mapping).replacement_for("Llama3Attention") is A  # the first registered regex that matches
-    assert PatchRule(mapping).replacement_for("Llama3MLP") is None
+    assert selected(mapping, "LlamaAttentionBlock") is A
+    assert selected(mapping, "Llama3Attention") is A  # the first registered regex that matches
+    assert selected(mapping, "Llama3MLP") is None
 
 
 def test_anchored_pattern_does_not_match_a_longer_name():
     mapping = {"^Llama\\d+Attention$": B}
-    assert PatchRule(mapping).replacement_for("Llama3Attention") is B
-    assert PatchRule(mapping).replacement_for("Llama3AttentionX") is None
-    assert PatchRule(mapping).replacement_for("LlamaAttention") is None
+    assert selected(mapping, "Llama3Attention") is B
+    assert selected(mapping, "Llama3AttentionX") is None
+    assert selected(mapping, "LlamaAttention") is None
 
 
 def test_regexes_are_tried_in_registration_order():
     register_patch_mapping({"Attn": A})
     register_patch_mapping({"Self": B})
-    assert PatchRule(get_patch_mapping()).replacement_for("SelfAttn") is A
+    assert selected(get_patch_mapping(), "SelfAttn") is A
     unregister_patch_mapping(["Attn"])
     register_patch_mapping({"Attn": A})
     assert list(get_patch_mapping()) == ["Self", "Attn"]
-    assert PatchRule(get_patch_mapping()).replacement_for("SelfAttn") is B
+    assert selected(get_patch_mapping(), "SelfAttn") is B
 
 
 def test_invalid_regex_never_matches_and_does_not_hide_later_patterns():
     mapping = {"Foo(": A, "Bar": B}
-    assert PatchRule(mapping).replacement_for("Foo") is None
-    assert PatchRule(mapping).replacement_for("Foo(Bar") is B
-    assert PatchRule(mapping).replacement_for("Foo(") is A  # still an exact name
-    assert PatchRule(mapping).key_for("FooBar") == "Bar"
+    assert selected(mapping, "Foo") is None
+    assert selected(mapping, "Foo(Bar") is B
+    assert selected(mapping, "Foo(") is A  # still an exact name
+    assert selected(mapping, "FooBar") is B  # the key "Bar"
 
 
 def test_duplicate_key_is_a_value_error_unless_overwrite():
@@ -128,28 +131,26 @@ def test_clear_empties_the_mapping():
     register_patch_mapping({"X": A, ".*": B})
     clear_patch_mapping()
     assert get_patch_mapping() == {}
-    assert PatchRule(get_patch_mapping()).replacement_for("X") is None
+    assert selected(get_patch_mapping(), "X") is None
 
 
 def test_concurrent_registrations_all_land():
-    registry = PatchRegistry()
     barrier = threading.Barrier(8)
 
     def work(i: int) -> None:
         barrier.wait()
         for j in range(50):
-            registry.register({f"K{i}_{j}": A})
+            register_patch_mapping({f"K{i}_{j}": A})
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(registry.get()) == 400
+    assert len(get_patch_mapping()) == 400
 
 
 def test_concurrent_claims_of_one_key_let_exactly_one_win():
-    registry = PatchRegistry()
     barrier = threading.Barrier(8)
     outcomes: list[str] = []
     lock = threading.Lock()
@@ -157,7 +158,7 @@ def test_concurrent_claims_of_one_key_let_exactly_one_win():
     def work(cls: type) -> None:
         barrier.wait()
         try:
-            registry.register({"Shared": cls})
+            register_patch_mapping({"Shared": cls})
             result = "won"
         except ValueError:
             result = "lost"
@@ -171,23 +172,24 @@ def test_concurrent_claims_of_one_key_let_exactly_one_win():
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["lost"] * 7 + ["won"]
-    assert registry.get()["Shared"] in classes
+    assert get_patch_mapping()["Shared"] in classes
 
 
-def test_resolve_rule_reads_the_registry_a_mapping_or_a_spec():
+def test_a_patch_argument_is_the_registry_a_mapping_or_a_spec():
     register_patch_mapping({"X": A})
-    assert resolve_rule(None).mapping == {"X": A}
-    assert resolve_rule({"Y": B}).mapping == {"Y": B}
+    assert swapped(None, "X", "Y") == {"X": A}
+    assert swapped({"Y": B}, "X", "Y") == {"Y": B}
     spec = patch_spec(("Attn", A, "cuda"), ("Attn2", B, "cpu"), ("MLP", C))
-    assert resolve_rule(spec, "cpu").mapping == {"Attn2": B, "MLP": C}
-    assert resolve_rule(spec, "cuda").mapping == {"Attn": A, "MLP": C}
-    assert list(resolve_rule(spec, "mps").mapping) == ["MLP"]
+    names = ("Attn", "Attn2", "MLP")
+    assert swapped(spec, *names, device="cpu") == {"Attn2": B, "MLP": C}
+    assert swapped(spec, *names, device="cuda") == {"Attn": A, "Attn2": A, "MLP": C}  # "Attn" searches "Attn2"
+    assert swapped(spec, *names, device="mps") == {"MLP": C}
 
 
-def test_resolve_rule_checks_replacements_and_types():
+def test_a_patch_argument_has_its_replacements_and_type_checked():
     with pytest.raises(TypeError, match="must be a subclass of nn.Module"):
-        resolve_rule({"X": int})
+        swapped({"X": int})
     with pytest.raises(TypeError, match="must be a class"):
-        resolve_rule(patch_spec(("X", "not.a.Class")))  # type: ignore[arg-type]
+        swapped(patch_spec(("X", "not.a.Class")))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="Expected a patch mapping"):
-        resolve_rule(["X"])
+        swapped(["X"])

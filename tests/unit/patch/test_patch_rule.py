@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, ConfigPart, selected
 
 import yamltrace
-from yamltrace.engine import OutputRecorder
+from yamltrace.engine import CAPTURE_MAP_ATTRIBUTE, OutputRecorder
 from yamltrace.errors import SpecError
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
 from yamltrace.kernels import SdpaTinyAttention
-from yamltrace.spec._patch_rule import PatchRule
+from yamltrace.patch import patch_output_recorders
 
 HOSTILE = r"^(\w+\w?)+!$"  # Python's re backtracks for minutes on a 26-character word; RE2 answers at once
 
@@ -157,29 +157,40 @@ def test_a_spec_for_this_device_must_be_applied_first_then_is_followed(text: str
     assert [t.shape for t in attention_weights(captures, text)] == [(1, 8, 32)] * 4
 
 
+def retargeted(mapping: Any, recorder: OutputRecorder) -> OutputRecorder:
+    """The recorder that `patch_output_recorders` leaves in a module's capture map in place of `recorder`."""
+    model = torch.nn.Module()
+    setattr(model, CAPTURE_MAP_ATTRIBUTE, {"x": recorder})
+    handle = patch_output_recorders(model, mapping)
+    result: OutputRecorder = getattr(model, CAPTURE_MAP_ATTRIBUTE)["x"]
+    handle.remove()
+    assert getattr(model, CAPTURE_MAP_ATTRIBUTE)["x"] is recorder
+    return result
+
+
 def test_exact_key_wins_then_patterns_in_order_and_device_entries_drop_out_first() -> None:
-    rule = PatchRule({".*Attention": TinyMLP, "TinyAttention": SdpaTinyAttention, "Tiny": TinyDecoderLayer})
-    assert rule.replacement_for("TinyAttention") is SdpaTinyAttention
-    assert rule.key_for("OtherAttention") == ".*Attention"
-    assert rule.key_for("TinyMLP") == "Tiny"
-    assert rule.key_for("Nothing") is None
+    mapping = {".*Attention": TinyMLP, "TinyAttention": SdpaTinyAttention, "Tiny": TinyDecoderLayer}
+    assert selected(mapping, "TinyAttention", ConfigPart) is SdpaTinyAttention
+    assert selected(mapping, "OtherAttention", ConfigPart) is TinyMLP  # the key ".*Attention"
+    assert selected(mapping, "TinyMLP", ConfigPart) is TinyDecoderLayer  # the key "Tiny"
+    assert selected(mapping, "Nothing", ConfigPart) is None
     spec = yamltrace.load_spec(ROOT_SPEC.replace("patches:\n", "patches:\n  '.*Attention': torch.nn:Identity\n"))
-    assert PatchRule.for_entries(spec.patches, "cpu").replacement_for("TinyAttention") is torch.nn.Identity
-    assert PatchRule.for_entries(spec.patches, "cuda:0").replacement_for("TinyAttention") is SdpaTinyAttention
+    assert selected(spec, "TinyAttention", ConfigPart, device="cpu") is torch.nn.Identity
+    assert selected(spec, "TinyAttention", ConfigPart, device="cuda:0") is SdpaTinyAttention
 
 
 def test_retarget_replaces_each_target_and_keeps_the_other_fields() -> None:
-    rule = PatchRule({"TinyAttention": SdpaTinyAttention})
+    mapping = {"TinyAttention": SdpaTinyAttention}
     recorder = OutputRecorder(target_class=TinyAttention, index=1, layer_name="self_attn")
-    assert rule.retarget(recorder) == OutputRecorder(target_class=SdpaTinyAttention, index=1, layer_name="self_attn")
+    assert retargeted(mapping, recorder) == OutputRecorder(target_class=SdpaTinyAttention, index=1, layer_name="self_attn")
     untouched = OutputRecorder(target_class=TinyMLP)
-    assert rule.retarget(untouched) is untouched
+    assert retargeted(mapping, untouched) is untouched
     by_name = OutputRecorder(class_name="TinyAttention")
-    assert rule.retarget(by_name).target_class is SdpaTinyAttention  # transformers' rule for class names
+    assert retargeted(mapping, by_name).target_class is SdpaTinyAttention  # transformers' rule for class names
 
 
 def test_retarget_maps_each_class_of_a_tuple_target() -> None:
     recorder = OutputRecorder(target_class=(TinyAttention, TinyMLP), index=1)
-    retargeted = PatchRule({"TinyAttention": SdpaTinyAttention}).retarget(recorder)
-    assert (retargeted.target_class, retargeted.index) == ((SdpaTinyAttention, TinyMLP), 1)
-    assert PatchRule({"Other": SdpaTinyAttention}).retarget(recorder) is recorder
+    result = retargeted({"TinyAttention": SdpaTinyAttention}, recorder)
+    assert (result.target_class, result.index) == ((SdpaTinyAttention, TinyMLP), 1)
+    assert retargeted({"Other": SdpaTinyAttention}, recorder) is recorder

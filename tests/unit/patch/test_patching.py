@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+import types
 
 import pytest
 from helpers import patch_spec
 import torch
 from torch import nn
 
-import yamltrace.kernels._tiny
 import yamltrace.examples.tiny
 from yamltrace.kernels import SdpaTinyAttention
 from yamltrace.patch import clear_patch_mapping, register_patch_mapping
 from yamltrace.errors import PatchError
 from yamltrace.patch import apply_patches, patch_model, patch_output_recorders
-from yamltrace.patch._recorders import retarget_output_map
-from yamltrace.spec._patch_rule import PatchRule
-from yamltrace.engine import OutputRecorder
+from yamltrace.engine import CAPTURE_MAP_ATTRIBUTE, OutputRecorder
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
 from yamltrace.tracing import trace
 
@@ -111,14 +110,17 @@ def test_apply_patches_restores_after_an_exception():
     assert yamltrace.examples.tiny.TinyMLP is TinyMLP
 
 
-def test_apply_patches_touches_only_the_named_modules():
-    # yamltrace.kernels._tiny imports TinyAttention too; it does not define the model being built.
+def test_apply_patches_touches_only_the_named_modules(monkeypatch):
+    # Another imported module holds TinyAttention too; it does not define the model being built.
+    other = types.ModuleType("tiny_attention_importer")
+    other.TinyAttention = TinyAttention
+    monkeypatch.setitem(sys.modules, other.__name__, other)
     with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=[TinyModel]):
-        assert yamltrace.kernels._tiny.TinyAttention is TinyAttention
-    with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=["yamltrace.kernels._tiny"]):
-        assert yamltrace.kernels._tiny.TinyAttention is SdpaTinyAttention
+        assert other.TinyAttention is TinyAttention
+    with apply_patches({"TinyAttention": SdpaTinyAttention}, modules=["tiny_attention_importer"]):
+        assert other.TinyAttention is SdpaTinyAttention
         assert yamltrace.examples.tiny.TinyAttention is TinyAttention
-    assert yamltrace.kernels._tiny.TinyAttention is TinyAttention
+    assert other.TinyAttention is TinyAttention
 
 
 def test_apply_patches_replaces_only_module_classes():
@@ -269,7 +271,7 @@ def test_two_threads_build_with_their_own_mappings():
 # ------------------------------------------------------------------------------- patch_output_recorders
 
 
-def test_retarget_output_map_handles_every_recorder_form():
+def test_patch_output_recorders_handles_every_recorder_form():
     mapping = {"TinyAttention": PlainAttention}
     output_map = {
         "attentions": OutputRecorder(target_class=TinyAttention, index=1, layer_name="self_attn"),
@@ -278,17 +280,20 @@ def test_retarget_output_map_handles_every_recorder_form():
         "listed": [TinyMLP, OutputRecorder(class_name="TinyAttention")],
         "untouched": TinyDecoderLayer,
     }
-    retargeted, changes = retarget_output_map(output_map, PatchRule(mapping))
+    model = nn.Module()
+    setattr(model, CAPTURE_MAP_ATTRIBUTE, output_map)
+    handle = patch_output_recorders(model, mapping)
+    retargeted = getattr(model, CAPTURE_MAP_ATTRIBUTE)
     assert retargeted["attentions"] == OutputRecorder(target_class=PlainAttention, index=1, layer_name="self_attn")
     assert retargeted["by_name"] is PlainAttention
     assert retargeted["by_class"] is PlainAttention
     assert retargeted["listed"] == [TinyMLP, OutputRecorder(target_class=PlainAttention, class_name="TinyAttention")]
     assert retargeted["untouched"] is TinyDecoderLayer
-    assert [(c.path, c.original) for c in changes] == [
-        ("attentions", TinyAttention),
-        ("by_name", "TinyAttention"),
-        ("by_class", TinyAttention),
-        ("listed", "TinyAttention"),
+    assert [(c.path, c.original) for c in handle.replaced] == [
+        (f"{CAPTURE_MAP_ATTRIBUTE}['attentions']", TinyAttention),
+        (f"{CAPTURE_MAP_ATTRIBUTE}['by_name']", "TinyAttention"),
+        (f"{CAPTURE_MAP_ATTRIBUTE}['by_class']", TinyAttention),
+        (f"{CAPTURE_MAP_ATTRIBUTE}['listed']", "TinyAttention"),
     ]
     assert output_map["attentions"].target_class is TinyAttention  # the input is not mutated
 
