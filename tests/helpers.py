@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from yamltrace.errors import PatchError
+from yamltrace.examples.tiny import TinyConfig, TinyModel
 from yamltrace.patch import apply_patches
 from yamltrace.spec import PatchEntry, Spec
 
@@ -85,3 +87,32 @@ class ConfigPart(nn.Module):
 
     def __init__(self, config: Any) -> None:
         super().__init__()
+
+
+def refusal(original: type, replacement: type) -> str | None:
+    """The problem `apply_patches` reports for `replacement` in place of `original`, or None when it
+    accepts the swap. The module patched holds a stand-in for `original` (a subclass under its name), so
+    that even `original` itself is judged as a replacement; it holds the stand-in again afterwards."""
+    stand_in = type(original.__name__, (original,), {"__module__": original.__module__, "__qualname__": original.__qualname__})
+    module = types.ModuleType("models_under_test")
+    setattr(module, original.__name__, stand_in)
+    try:
+        with apply_patches({original.__name__: replacement}, modules=module):
+            pass
+    except PatchError as error:
+        (problem,) = error.problems
+        return problem.message
+    finally:
+        assert getattr(module, original.__name__) is stand_in
+    return None
+
+
+class HubTiny(TinyModel):
+    """The demo model as `from_pretrained` sees a transformers class: no `config_class.load`, so the class
+    loads itself (here: freshly built) and the spec is fetched from the Hub on its own, as for transformers."""
+
+    config_class = None  # type: ignore[assignment]
+
+    @classmethod
+    def from_pretrained(cls, path: object, **options: object) -> HubTiny:  # type: ignore[override]
+        return cls(TinyConfig())

@@ -14,25 +14,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, HubTiny
 
 from yamltrace import SpecError
 from yamltrace.checkpoint import SPEC_FILE, from_pretrained, save_pretrained
-from yamltrace.examples.tiny import TinyConfig, TinyModel
+from yamltrace.examples.tiny import TinyModel
 
 SPEC_MAIN = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: TinyDecoderLayer  # main\n"
 SPEC_V2 = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  mlp: {target: TinyMLP, index: 0}  # v2\n"
-
-
-class HubTiny(TinyModel):
-    """The demo model as `from_pretrained` sees a transformers class: no `config_class.load`, so the class
-    loads itself (here: freshly built) and the spec is fetched from the Hub on its own, as for transformers."""
-
-    config_class = None  # type: ignore[assignment]
-
-    @classmethod
-    def from_pretrained(cls, path: object, **options: object) -> HubTiny:  # type: ignore[override]
-        return cls(TinyConfig())
 
 
 def add_revision(cache: Path, repo_id: str, ref: str, files: dict[str, bytes], absent: tuple[str, ...] = ()) -> str:

@@ -7,28 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import HubTiny
 import torch
 
 from yamltrace import SpecError, load_spec, validate_spec
 from yamltrace.checkpoint import SPEC_FILE, from_pretrained
-from yamltrace.examples.tiny import TinyConfig, TinyModel
+from yamltrace.examples.tiny import TinyModel
 from yamltrace.spec import DEFAULT_MAX_BYTES
 
 HEAD = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\n"
 # Limits of a spec's chain, as docs/security.md states them.
 MAX_EXTENDS_DEPTH = 16  # files in an `extends` chain, the first included
 MAX_TENSOR_FILE_BYTES = 1 << 30  # one tensor file
-
-
-class HubTiny(TinyModel):
-    """The demo model as `from_pretrained` sees a transformers class: no `config_class.load`, so the class
-    loads itself (here: freshly built) and the spec is fetched from the Hub on its own, as for transformers."""
-
-    config_class = None  # type: ignore[assignment]
-
-    @classmethod
-    def from_pretrained(cls, path: object, **options: object) -> HubTiny:  # type: ignore[override]
-        return cls(TinyConfig())
 
 
 class FakeHub:

@@ -1,9 +1,13 @@
-"""Fixtures of the extraction tests: one torch thread, the tiny model, padded batches of token ids."""
+"""Fixtures of the extraction tests: one torch thread, the tiny model, padded batches of token ids, the
+files of a `yamltrace extract` command."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from helpers_extract import cli_inputs
 
 from yamltrace.examples.tiny import TinyConfig, TinyModel
 
@@ -31,3 +35,9 @@ def batches() -> list[dict[str, torch.Tensor]]:
         ids = torch.randint(0, 128, (rows, 6), generator=generator)
         out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
     return out
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> dict[str, Path]:
+    """The files of a `yamltrace extract` command (`helpers_extract.cli_inputs`)."""
+    return cli_inputs(tmp_path)

@@ -4,37 +4,16 @@ tokenizer, and what a finished rerun says."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT
-from helpers_extract import TEXTS, tiny_tokenizer
+from helpers_extract import TEXTS, tiny_tokenizer, SPEC, command
 
 import yamltrace
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig, TinyModel
 from yamltrace.extraction import open_activations
-
-SPEC = str(ROOT / "specs" / "tiny-last-layers.yaml")
-MODEL = "yamltrace.examples.tiny:TinyModel"
-
-
-@pytest.fixture
-def inputs(tmp_path: Path) -> dict[str, Path]:
-    config = tmp_path / "config.json"
-    TinyConfig().save(config)
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps({"text": t, "n": i}) + "\n" for i, t in enumerate(TEXTS * 2)), encoding="utf-8")
-    return {"config": config, "data": data, "tokenizer": tiny_tokenizer(tmp_path / "tok"), "out": tmp_path / "out"}
-
-
-def command(inputs: dict[str, Path], *extra: str) -> list[str]:
-    return [
-        "extract", "--model", MODEL, "--config", str(inputs["config"]), "--spec", SPEC, "--data", str(inputs["data"]),
-        "--tokenizer", str(inputs["tokenizer"]), "--max-length", "6", "--batch-size", "4", "--out", str(inputs["out"]), *extra,
-    ]  # fmt: skip
 
 
 def test_a_checkpoint_and_its_spec(inputs, tmp_path: Path, capsys) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
-from test_extract_cli import MODEL, inputs  # noqa: F401  (the fixture)
+from helpers_extract import MODEL
 
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig, TinyModel

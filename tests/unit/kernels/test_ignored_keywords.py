@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from helpers import refusal
 import torch
 from torch import nn
 
@@ -72,21 +73,11 @@ def ignored_keywords(original: type, replacement: type) -> list[str]:
     """The keywords of `original.forward` that `apply_patches` says `replacement.forward` would silently
     ignore, in the original's order; [] when it names none.
 
-    The module patched holds a stand-in for `original` (a subclass under its name), so that even
-    `original` itself is judged as a replacement. Keywords are judged before the forward's calls, so a
-    refusal for a call (a TypeError the callers would see) means no keyword would be ignored."""
-    stand_in = type(original.__name__, (original,), {"__module__": original.__module__, "__qualname__": original.__qualname__})
-    module = types.ModuleType("models_under_test")
-    setattr(module, original.__name__, stand_in)
-    try:
-        with apply_patches({original.__name__: replacement}, modules=module):
-            pass
-    except PatchError as error:
-        (problem,) = [p.message for p in error.problems]
-    else:
+    Keywords are judged before the forward's calls, so a refusal for a call (a TypeError the callers
+    would see) means no keyword would be ignored."""
+    problem = refusal(original, replacement)
+    if problem is None:
         return []
-    finally:
-        assert getattr(module, original.__name__) is stand_in
     ignoring = f"{replacement.__module__}.{replacement.__qualname__}.forward would silently ignore "
     if not problem.startswith(ignoring):
         assert " cannot be called as " in problem, problem

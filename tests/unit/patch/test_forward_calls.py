@@ -5,10 +5,10 @@ changes, naming both forwards and the fix; `forward_differences` lists deliberat
 from __future__ import annotations
 
 import re
-import types
 from pathlib import Path
 
 import pytest
+from helpers import refusal
 import torch
 from torch import nn
 
@@ -58,24 +58,6 @@ class DeliberatelyFewer(nn.Module):
 
     def forward(self, x):
         return x
-
-
-def refusal(original: type, replacement: type) -> str | None:
-    """The problem `apply_patches` reports for `replacement` in place of `original`, or None when it
-    accepts the swap. The module patched holds a stand-in for `original` (a subclass under its name), so
-    that even `original` itself is judged as a replacement; it holds the stand-in again afterwards."""
-    stand_in = type(original.__name__, (original,), {"__module__": original.__module__, "__qualname__": original.__qualname__})
-    module = types.ModuleType("models_under_test")
-    setattr(module, original.__name__, stand_in)
-    try:
-        with apply_patches({original.__name__: replacement}, modules=module):
-            pass
-    except PatchError as error:
-        (problem,) = error.problems
-        return problem.message
-    finally:
-        assert getattr(module, original.__name__) is stand_in
-    return None
 
 
 @pytest.mark.parametrize(

@@ -15,43 +15,15 @@ import yaml
 from safetensors.torch import save_file
 
 from yamltrace import OutputRecorder, SpecError, load_spec, validate_spec
-from yamltrace._recorder_fields import EDIT_FIELDS
 from yamltrace.engine import Intervention, RuntimeValue
 from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer
-from yamltrace.spec import _interventions, _limits, load_schema
+from helpers_spec import issues, spec_text, tensor_spec, write
 
 LAYER = "yamltrace.examples.tiny:TinyDecoderLayer"
 ATTENTION = "yamltrace.examples.tiny:TinyAttention"
 
 
-def spec_text(*entries: str) -> str:
-    return "yamltrace: 1\ninterventions:\n" + "".join(f"  {entry}\n" for entry in entries)
-
-
-def write(folder: Path, *entries: str, name: str = "spec.yaml") -> Path:
-    path = folder / name
-    path.write_text(spec_text(*entries), encoding="utf-8")
-    return path
-
-
-def issues(source: object) -> list[str]:
-    with pytest.raises(SpecError) as caught:
-        load_spec(source)  # type: ignore[arg-type]
-    return [issue.render() for issue in caught.value.issues]
-
-
 # The schema
-
-
-def test_the_intervention_selector_fields_are_the_recorder_fields_by_reference() -> None:
-    properties = load_schema()["$defs"]["interventionObject"]["properties"]
-    selector = {
-        key for key in properties if "$ref" in properties[key] and "/recorderObject/properties/" in properties[key]["$ref"]
-    }
-    assert selector == {f.key for f in EDIT_FIELDS}
-    assert all(properties[key]["$ref"] == f"#/$defs/recorderObject/properties/{key}" for key in selector)
-    assert not {"detach", "to", "dtype", "optional", "capture_initial_hidden_state"} & set(properties)
-    assert "mask" in selector  # it names the attention mask of positions last / first, as for captures
 
 
 @pytest.mark.parametrize(
@@ -141,22 +113,6 @@ def test_numbers_that_are_not_finite_are_refused() -> None:
     ]
 
 
-def test_too_many_interventions_are_refused() -> None:
-    entries = {f"e{i}": {"class_name": "mlp", "scale": 2} for i in range(_limits.MAX_INTERVENTIONS + 1)}
-    with pytest.raises(SpecError, match=r"65 interventions are over the limit of 64 \(MAX_INTERVENTIONS\)"):
-        validate_spec({"yamltrace": 1, "interventions": entries})
-
-
-def test_too_many_tensor_files_are_refused_at_the_first_one_over() -> None:
-    entries = [f"e{i}: {{class_name: mlp, add: {{tensor: f{i}.safetensors:v}}}}" for i in range(_limits.MAX_TENSOR_FILES + 1)]
-    entries.append("again: {class_name: mlp, set: {tensor: f0.safetensors:w}}")  # a file already counted
-    with pytest.raises(SpecError) as caught:
-        validate_spec(spec_text(*entries))
-    (issue,) = caught.value.issues
-    assert issue.json_path == f"$.interventions.e{_limits.MAX_TENSOR_FILES}.add.tensor"
-    assert f"more than {_limits.MAX_TENSOR_FILES} tensor files (MAX_TENSOR_FILES)" in issue.message
-
-
 def test_validate_of_an_intervention_spec_imports_nothing(tmp_path: Path) -> None:
     path = write(tmp_path, f"a: {{target: {LAYER}, add: {{tensor: missing.safetensors:v}}}}")
     code = (
@@ -222,18 +178,6 @@ def test_a_selector_value_no_recorder_accepts_is_located() -> None:
 
 
 # Tensor files
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    spec_folder = tmp_path / "spec"
-    spec_folder.mkdir()
-    save_file({"honesty": torch.arange(4.0), "count": torch.arange(4)}, str(spec_folder / "steer.safetensors"))
-    return spec_folder
-
-
-def tensor_spec(folder: Path, reference: str) -> Path:
-    return write(folder, f"steer: {{target: {LAYER}, add: {{tensor: '{reference}'}}}}")
 
 
 def test_a_tensor_is_read_from_the_spec_folder_and_keeps_its_reference(folder: Path) -> None:
@@ -310,19 +254,6 @@ def test_a_pickle_renamed_safetensors_is_refused_and_never_unpickled(folder: Pat
     (found,) = issues(tensor_spec(folder, "evil.safetensors:honesty"))
     assert "$.interventions.steer.add.tensor" in found and "not a safetensors file" in found
     assert not marker.exists()
-
-
-def test_an_oversize_file_is_refused_from_its_size(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_interventions, "MAX_TENSOR_FILE_BYTES", 64)
-    (found,) = issues(tensor_spec(folder, "steer.safetensors:honesty"))
-    assert "(MAX_TENSOR_FILE_BYTES)" in found and "over the 64-byte limit" in found
-
-
-def test_the_tensors_read_are_capped_together(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_interventions, "MAX_TENSOR_BYTES", 40)  # one 4-float32 tensor is 16 bytes
-    path = write(folder, *(f"e{i}: {{class_name: mlp, add: {{tensor: steer.safetensors:honesty}}}}" for i in range(3)))
-    (found,) = issues(path)
-    assert "$.interventions.e2.add.tensor" in found and "(MAX_TENSOR_BYTES)" in found
 
 
 def test_a_spec_without_a_folder_cannot_read_tensor_files(folder: Path) -> None:
@@ -431,9 +362,3 @@ def test_a_loaded_spec_with_tensor_values_hashes_like_its_equal(folder: Path) ->
     path = tensor_spec(folder, "steer.safetensors:honesty")
     spec, again = load_spec(path), load_spec(path)
     assert spec == again and hash(spec) == hash(again) and len({spec, again}) == 1
-
-
-def test_a_tensor_file_header_is_capped_before_it_is_parsed(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_interventions, "MAX_TENSOR_HEADER_BYTES", 16)
-    (found,) = issues(tensor_spec(folder, "steer.safetensors:honesty"))
-    assert "tensor file's header is" in found and "over the 16-byte limit" in found

@@ -6,7 +6,6 @@ with an empty cache gives (`fresh`).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -16,29 +15,8 @@ from torch import nn
 
 from yamltrace.errors import SpecError
 from yamltrace.examples.tiny import TinyAttention, TinyConfig, TinyDecoderLayer, TinyMLP, TinyModel
-from yamltrace.spec import ClassRegistry, Spec, default_registry, load_spec
-from yamltrace.spec._load_cache import spec_loads
-
-TINY = "yamltrace: 1\nimports: [yamltrace.examples.tiny]\noutputs:\n  hidden_states: {target}\n"
-
-
-def write(path: Path, target: str = "TinyDecoderLayer", *, keep_mtime: bool = False) -> Path:
-    """Write a one-recorder spec; with `keep_mtime`, give the file its previous modification time back."""
-    before = path.stat() if keep_mtime else None
-    path.write_text(TINY.format(target=target), encoding="utf-8")
-    if before is not None:
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    return path
-
-
-def fresh(source, **kwargs) -> Spec:
-    """What a load gives with nothing kept."""
-    spec_loads.clear()
-    return load_spec(source, **kwargs)
-
-
-def target(spec: Spec, key: str = "hidden_states") -> type | None:
-    return spec.outputs[key][0].target_class
+from yamltrace.spec import ClassRegistry, default_registry, load_spec
+from helpers_load_cache import target, write
 
 
 def test_a_file_is_resolved_once_while_it_is_unchanged(tmp_path: Path) -> None:
@@ -50,28 +28,6 @@ def test_a_file_is_resolved_once_while_it_is_unchanged(tmp_path: Path) -> None:
 
 def test_a_builtin_spec_is_resolved_once() -> None:
     assert load_spec("builtin:llama") is load_spec("builtin:llama")
-
-
-def test_new_bytes_of_the_same_size_and_time_are_seen(tmp_path: Path) -> None:
-    path = write(tmp_path / "spec.yaml", "TinyDecoderLayer")
-    first = load_spec(path)
-    size = path.stat().st_size
-    write(path, "TinyAttention   ", keep_mtime=True)  # trailing blanks: as long as TinyDecoderLayer
-    assert path.stat().st_size == size
-    second = load_spec(path)
-    assert second is not first and target(second) is TinyAttention
-    assert second == fresh(path)
-
-
-def test_a_changed_base_file_is_seen(tmp_path: Path) -> None:
-    base = write(tmp_path / "base.yaml", "TinyMLP")
-    top = tmp_path / "top.yaml"
-    top.write_text("yamltrace: 1\nextends: base.yaml\noutputs:\n  attentions: yamltrace.examples.tiny:TinyAttention\n")
-    first = load_spec(top)
-    assert load_spec(top) is first and target(first) is TinyMLP
-    write(base, "TinyDecoderLayer")
-    second = load_spec(top)
-    assert target(second) is TinyDecoderLayer and second == fresh(top)
 
 
 def test_a_base_file_replaced_by_a_link_leaving_the_folder_is_refused_again(tmp_path: Path) -> None:

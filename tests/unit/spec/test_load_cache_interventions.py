@@ -12,34 +12,8 @@ from safetensors.torch import save_file
 
 import yamltrace
 from yamltrace.examples.tiny import TinyModel
-from yamltrace.spec import Spec, load_spec
-from yamltrace.spec._load_cache import spec_loads
-
-STEER = """\
-yamltrace: 1
-imports: [yamltrace.examples.tiny]
-interventions:
-  steer: {target: TinyDecoderLayer, layers: [1], add: {tensor: "steer.safetensors:v"}}
-  scale: {target: TinyDecoderLayer, layers: [2], scale: 0.5}
-"""
-
-
-def keep_mtime(path: Path, write) -> None:
-    """`write()` the file anew, then give it its previous modification time back."""
-    before = path.stat()
-    write()
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-
-
-def steered(tmp_path: Path, vector: torch.Tensor, **more: torch.Tensor) -> Path:
-    save_file({"v": vector, **more}, str(tmp_path / "steer.safetensors"))
-    path = tmp_path / "steer.yaml"
-    path.write_text(STEER, encoding="utf-8")
-    return path
-
-
-def value(spec: Spec) -> torch.Tensor:
-    return spec.interventions[0].value
+from yamltrace.spec import load_spec
+from helpers_load_cache import STEER, keep_mtime, steered, value
 
 
 def test_a_spec_with_tensor_interventions_is_resolved_once(tmp_path: Path) -> None:
@@ -47,20 +21,6 @@ def test_a_spec_with_tensor_interventions_is_resolved_once(tmp_path: Path) -> No
     first = load_spec(path)
     assert load_spec(path) is first and load_spec(str(path)) is first
     assert torch.equal(value(first), torch.ones(32))
-
-
-def test_a_tensor_file_rewritten_with_the_same_size_and_time_is_seen(tmp_path: Path) -> None:
-    path = steered(tmp_path, torch.ones(32))
-    first = load_spec(path)
-    tensors = tmp_path / "steer.safetensors"
-    size = tensors.stat().st_size
-    keep_mtime(tensors, lambda: save_file({"v": torch.full((32,), 3.0)}, str(tensors)))
-    assert tensors.stat().st_size == size
-    second = load_spec(path)
-    assert second is not first and torch.equal(value(second), torch.full((32,), 3.0))
-    assert load_spec(path) is second
-    spec_loads.clear()
-    assert torch.equal(value(load_spec(path)), value(second))
 
 
 def test_a_header_that_moves_the_tensor_is_seen(tmp_path: Path) -> None:
@@ -174,24 +134,6 @@ def test_a_relative_name_after_chdir_is_another_spec(tmp_path: Path, monkeypatch
     assert torch.equal(value(load_spec("steer.yaml")), torch.full((32,), 1.0))
     monkeypatch.chdir(v2)
     assert torch.equal(value(load_spec("steer.yaml")), torch.full((32,), 100.0))
-
-
-def test_a_kept_spec_whose_tensor_file_is_unchanged_pays_no_hash(tmp_path: Path, monkeypatch) -> None:
-    """An unchanged tensor file (same real path, device, inode, size, mtime_ns, ctime_ns) is not read
-    again; a touched one is checked by content once, then its new identity is kept."""
-    from yamltrace.spec import _load_cache
-
-    path = steered(tmp_path, torch.ones(32))
-    first = load_spec(path)
-    hashed: list[int] = []
-    digest = _load_cache.tensor_digest
-    monkeypatch.setattr(_load_cache, "tensor_digest", lambda data: hashed.append(len(data)) or digest(data))
-    for _ in range(3):
-        assert load_spec(path) is first
-    assert hashed == []
-    os.utime(tmp_path / "steer.safetensors")  # the same bytes, a new modification (and change) time
-    assert load_spec(path) is first and hashed == [32 * 4]
-    assert load_spec(path) is first and hashed == [32 * 4]
 
 
 def test_a_same_size_rewrite_with_the_time_put_back_is_seen_by_its_change_time(tmp_path: Path) -> None:

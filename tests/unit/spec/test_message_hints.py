@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from yamltrace import SpecError, load_spec, validate_spec
-from yamltrace.cli._report import escaped_issue
 
 
 def _messages(text: str) -> list[str]:
@@ -32,14 +31,6 @@ def test_the_suggested_fix_is_valid_yaml(value: str, message: str) -> None:
 
 def test_the_suggested_list_validates() -> None:
     validate_spec("yamltrace: 1\noutputs:\n  a: {target: X, layers: [0, -1]}\n")
-
-
-def test_a_tab_is_named_in_words_in_the_text_report() -> None:
-    with pytest.raises(SpecError) as raised:
-        load_spec("yamltrace: 1\noutputs:\n\thidden_states: X\n")
-    line = escaped_issue(raised.value.issues[0])
-    assert line.startswith("<string>:3:1: $: a tab character cannot start a token (YAML indents with spaces); replace the tab")
-    assert "\\" not in line
 
 
 def test_after_an_anchor_the_rest_of_the_file_is_still_checked() -> None:

@@ -1,41 +1,18 @@
-"""`yamltrace extract` against the pieces it is made of: the rows it stores are those `extract` stores
-of the batches the command's own reader and tokeniser give, and the run records the data file's and
-the tokenizer's hashes as those helpers compute them; a writer that fails (a full disk, injected) is
-one line."""
+"""`yamltrace extract` against the pieces it is made of: the run records the data file's and the
+tokenizer's hashes as those helpers compute them, the rows it stores are those `extract` stores of
+the batches its own reader gives, and a writer that fails (a full disk, injected) is one line."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import pytest
 import torch
-from helpers import ROOT
-from helpers_extract import TEXTS, tiny_tokenizer
+from helpers_extract import SPEC, command
 
 from yamltrace.cli import main
 from yamltrace.examples.tiny import TinyConfig, TinyModel
 from yamltrace.extraction import extract, open_activations
 from yamltrace.extraction._data import TokenizedBatches, file_sha256, load_tokenizer, open_texts, tokenizer_sha256
-
-SPEC = str(ROOT / "specs" / "tiny-last-layers.yaml")
-MODEL = "yamltrace.examples.tiny:TinyModel"
-
-
-@pytest.fixture
-def inputs(tmp_path: Path) -> dict[str, Path]:
-    config = tmp_path / "config.json"
-    TinyConfig().save(config)
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps({"text": t, "n": i}) + "\n" for i, t in enumerate(TEXTS * 2)), encoding="utf-8")
-    return {"config": config, "data": data, "tokenizer": tiny_tokenizer(tmp_path / "tok"), "out": tmp_path / "out"}
-
-
-def command(inputs: dict[str, Path], *extra: str) -> list[str]:
-    return [
-        "extract", "--model", MODEL, "--config", str(inputs["config"]), "--spec", SPEC, "--data", str(inputs["data"]),
-        "--tokenizer", str(inputs["tokenizer"]), "--max-length", "6", "--batch-size", "4", "--out", str(inputs["out"]), *extra,
-    ]  # fmt: skip
 
 
 def test_the_command_stores_what_the_api_stores(inputs, tmp_path: Path, capsys) -> None:
