@@ -151,7 +151,7 @@ def resolved_file(path: str | os.PathLike[str]) -> tuple[str, str]:
     absolute = os.path.abspath(path)
     named_in = os.path.realpath(os.path.dirname(absolute))
     name = os.path.basename(absolute)
-    if name in ("", os.curdir, os.pardir) or os.path.islink(absolute):
+    if not name or os.path.islink(absolute):  # (`abspath` leaves no "." or ".." to resolve)
         real = os.path.realpath(absolute)
     else:
         real = os.path.join(named_in, name)
