@@ -17,9 +17,8 @@ from safetensors.torch import save_file
 from yamltrace import OutputRecorder, SpecError, load_spec, validate_spec
 from yamltrace.engine import Intervention, RuntimeValue
 from yamltrace.examples.tiny import TinyAttention, TinyDecoderLayer
-from helpers_spec import issues, spec_text, tensor_spec, write
+from helpers_spec import LAYER, issues, spec_text, tensor_spec, write
 
-LAYER = "yamltrace.examples.tiny:TinyDecoderLayer"
 ATTENTION = "yamltrace.examples.tiny:TinyAttention"
 
 

@@ -3,10 +3,9 @@ is refused inside a scope with the same message (its path adjusted), by `validat
 
 from __future__ import annotations
 
+from helpers_spec import LAYER
 
 from yamltrace import load_spec
-
-LAYER = "yamltrace.examples.tiny:TinyDecoderLayer"
 
 
 def test_the_same_recorder_under_two_keys_or_in_two_scopes_is_accepted() -> None:

@@ -14,9 +14,6 @@ from yamltrace.spec import _interventions, _limits, load_schema
 from helpers_spec import issues, spec_text, tensor_spec, write
 
 
-LAYER = "yamltrace.examples.tiny:TinyDecoderLayer"
-
-
 def test_the_intervention_selector_fields_are_the_recorder_fields_by_reference() -> None:
     properties = load_schema()["$defs"]["interventionObject"]["properties"]
     selector = {

@@ -6,13 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from helpers_spec import LAYER
 
 from yamltrace import SpecError, load_spec, validate_spec
 from yamltrace.errors import format_json_path
 from yamltrace.spec._limits import MAX_RECORDERS, MAX_RECORDERS_PER_KEY
-
-
-LAYER = "yamltrace.examples.tiny:TinyDecoderLayer"
 
 
 # (output key, its recorders as written, the path of the refusal below `outputs`, a word of the message)
